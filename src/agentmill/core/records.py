@@ -1,0 +1,101 @@
+"""Run records: one JSON file per experiment run, written atomically.
+
+A record is written to a temporary file in the same directory, flushed, fsynced and renamed over the target, so a
+kill at any moment leaves either the old complete record or the new complete record, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentmill.core.stats import Estimate
+
+RECORD_SCHEMA = 1
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` via temp file + fsync + rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, Estimate):
+        return o.to_dict()
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "__dataclass_fields__"):
+        return asdict(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@dataclass
+class RunRecord:
+    """Everything needed to audit one experiment run.
+
+    ``status`` is ``"ok"`` or ``"error"``; an error record keeps the message and no metrics. ``verdicts`` maps a
+    claim id to ``supported`` / ``not_supported`` / ``inconclusive`` (or ``not_judged`` at the smoke profile).
+    ``data`` holds the raw series the report plots from.
+    """
+
+    experiment_id: str
+    profile: str
+    setup: dict[str, Any]
+    status: str = "ok"
+    metrics: dict[str, Estimate] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    model: str | None = None
+    version: str = ""
+    git_commit: str | None = None
+    packages: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    wall_seconds: float = 0.0
+    setup_hash: str = ""
+    schema: int = RECORD_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["metrics"] = {k: v.to_dict() for k, v in self.metrics.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
+        d = dict(d)
+        d["metrics"] = {k: Estimate.from_dict(v) for k, v in d.get("metrics", {}).items()}
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        return write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunRecord:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))

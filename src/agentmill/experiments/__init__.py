@@ -1,0 +1,57 @@
+"""The experiment registry: an explicit list of modules, each defining one module-level ``EXPERIMENT``.
+
+Modules are imported on first use (so ``agentmill list`` never loads torch), and a duplicate id is an error.
+To add an experiment: write ``e1xx_<slug>_<what>.py`` with ``EXPERIMENT = Experiment(...)`` and append its
+module name to ``MODULES``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import import_module
+
+from agentmill.experiments.protocol import PROFILES, Claim, Experiment, RunContext
+
+MODULES: tuple[str, ...] = (
+    "agentmill.experiments.e162_collapse_law",
+    "agentmill.experiments.e162_collapse_llm",
+)
+
+_registry: dict[str, Experiment] | None = None
+
+
+class DuplicateExperimentError(ValueError):
+    pass
+
+
+def build_registry(modules: tuple[str, ...] = MODULES) -> dict[str, Experiment]:
+    reg: dict[str, Experiment] = {}
+    for name in modules:
+        exp = getattr(import_module(name), "EXPERIMENT", None)
+        if not isinstance(exp, Experiment):
+            raise TypeError(f"{name} must define a module-level EXPERIMENT = Experiment(...)")
+        if exp.id in reg:
+            raise DuplicateExperimentError(f"experiment id {exp.id!r} is registered twice ({name})")
+        reg[exp.id] = exp
+    return reg
+
+
+def registry() -> dict[str, Experiment]:
+    global _registry
+    if _registry is None:
+        _registry = build_registry()
+    return _registry
+
+
+def get(exp_id: str) -> Experiment:
+    """The experiment with id ``exp_id``; a typo fails with the closest ids."""
+    reg = registry()
+    if exp_id in reg:
+        return reg[exp_id]
+    close = difflib.get_close_matches(exp_id, list(reg), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise KeyError(f"no experiment {exp_id!r}.{hint} Run 'agentmill list' to see all ids.")
+
+
+__all__ = ["Claim", "Experiment", "RunContext", "PROFILES", "registry", "get", "build_registry", "MODULES",
+           "DuplicateExperimentError"]

@@ -1,0 +1,180 @@
+"""The language-model protocols every method programs against.
+
+``LM`` is a black box: text (or chat messages) in, sampled text out, plus log-probabilities of a given
+continuation. ``WhiteBoxLM`` adds the internals that methods such as tree rollouts, probes and speculative
+decoding need: token-level forward passes with per-layer hidden states and a KV cache that can be forked (share a
+prefix across branches) and cropped (roll back rejected tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Union, runtime_checkable
+
+import numpy as np
+
+from agentmill.core.types import Message
+
+Prompt = Union[str, Sequence[Message]]
+"""A raw text prompt (used as is) or a conversation (rendered with the model's chat template)."""
+
+FinishReason = Literal["stop", "length", "eos"]
+
+
+class LMError(RuntimeError):
+    """A model could not be loaded or queried; the message names the cause and the fix."""
+
+
+class MissingExtraError(LMError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install 'agentmill[extra]'`` fix."""
+
+    def __init__(self, extra: str, what: str) -> None:
+        super().__init__(f"{what} needs the '{extra}' extra: pip install 'agentmill[{extra}]'")
+        self.extra = extra
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Sampling settings shared by every backend.
+
+    ``temperature == 0`` means greedy decoding. With ``temperature > 0`` and a ``seed``, sampling is reproducible
+    and batch-invariant: prompt ``i`` of a call draws from its own stream keyed by ``(seed, i)``, so it yields the
+    same text whether decoded alone or in a batch.
+    """
+
+    max_new_tokens: int = 64
+    """Upper bound on generated tokens per prompt."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 = greedy (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]; 1 disables it."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: generation ends when the decoded text contains one (it is cut before the stop string)."""
+    seed: int | None = None
+    """Seed for reproducible sampling; None draws fresh entropy."""
+    n: int = 1
+    """Completions per prompt (returned consecutively: prompt 0's n, then prompt 1's, ...)."""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated continuation.
+
+    ``token_ids``/``logprobs`` are per generated token (logprob under the *sampling* distribution, i.e. after
+    temperature); backends that cannot report them leave them empty.
+    """
+
+    text: str
+    finish_reason: FinishReason
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    prompt_tokens: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@runtime_checkable
+class LM(Protocol):
+    """A black-box language model."""
+
+    spec: str
+    """The spec string that loads this model (``hf:smollm2``, ``openai:gpt-4o-mini@http://...``)."""
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerateConfig = GenerateConfig()) -> list[Completion]:
+        """Sample ``config.n`` completions for every prompt, in prompt order."""
+        ...
+
+    def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
+        """Log-probabilities (temperature 1) of each token of ``continuation`` given ``prompt``; float64 [n]."""
+        ...
+
+
+@dataclass
+class ForwardOutput:
+    """Result of :meth:`WhiteBoxLM.forward`.
+
+    Shapes: ``logits`` [B, T, V]; ``hidden_states`` a tuple of L+1 tensors [B, T, D] (embeddings, then every
+    layer) or None when not requested; ``cache`` covers every token fed so far.
+    """
+
+    logits: Any
+    hidden_states: tuple[Any, ...] | None
+    cache: Any
+
+
+@runtime_checkable
+class WhiteBoxLM(LM, Protocol):
+    """A language model whose internals are available (transformers, the tiny torch model, scripted fakes)."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (special tokens skipped)."""
+        ...
+
+    def render(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt as ``generate`` would feed it (chat template applied to conversations)."""
+        ...
+
+    def forward(self, input_ids: Any, cache: Any | None = None, *, hidden_states: bool = False,
+                attention_mask: Any | None = None) -> ForwardOutput:
+        """Run ``input_ids`` [B, T] (torch long) after ``cache``; returns logits, optional hidden states, cache."""
+        ...
+
+    def fork_cache(self, cache: Any, n: int = 1) -> Any:
+        """A copy of ``cache`` repeated ``n`` times on the batch axis; the original is left bitwise unchanged."""
+        ...
+
+    def crop_cache(self, cache: Any, length: int) -> Any:
+        """Keep the first ``length`` positions of ``cache`` (roll back rejected tokens); returns the cache."""
+        ...
+
+    def cache_length(self, cache: Any) -> int:
+        """Number of positions held by ``cache``."""
+        ...
+
+    def add_hook(self, layer: int, fn: Any) -> Any:
+        """Call ``fn(layer, hidden)`` on layer ``layer``'s output [B, T, D]; if it returns a tensor, that
+        replaces the output (activation steering). Returns a handle with ``.remove()``."""
+        ...
+
+
+def require_white_box(lm: LM, method: str) -> WhiteBoxLM:
+    """Return ``lm`` as a WhiteBoxLM or raise a clear error naming the method that needs internals."""
+    if not isinstance(lm, WhiteBoxLM):
+        raise TypeError(f"{method} needs model internals (a WhiteBoxLM such as hf:smollm2 or tiny:...), "
+                        f"but {getattr(lm, 'spec', type(lm).__name__)!r} is a black-box LM")
+    return lm
+
+
+def split_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the earliest stop string; return (text, whether a stop string was found)."""
+    cut = -1
+    for s in stop:
+        if not s:
+            continue
+        j = text.find(s)
+        if j >= 0 and (cut < 0 or j < cut):
+            cut = j
+    return (text, False) if cut < 0 else (text[:cut], True)
