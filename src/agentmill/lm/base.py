@@ -51,6 +51,9 @@ class GenerateConfig:
     """Nucleus sampling mass in (0, 1]; 1 disables it."""
     stop: tuple[str, ...] = ()
     """Stop strings: generation ends when the decoded text contains one (it is cut before the stop string)."""
+    stop_regex: str | None = None
+    """Stop once the decoded text matches this regex (text kept through the end of the match); e.g. stop after
+    ``Answer: 42`` and a newline. Checked on bounded text only (the generated part)."""
     seed: int | None = None
     """Seed for reproducible sampling; None draws fresh entropy."""
     n: int = 1
@@ -166,6 +169,18 @@ def require_white_box(lm: LM, method: str) -> WhiteBoxLM:
         raise TypeError(f"{method} needs model internals (a WhiteBoxLM such as hf:smollm2 or tiny:...), "
                         f"but {getattr(lm, 'spec', type(lm).__name__)!r} is a black-box LM")
     return lm
+
+
+def apply_stops(text: str, config: GenerateConfig) -> tuple[str, bool]:
+    """Apply ``config.stop`` strings and ``config.stop_regex`` to generated ``text``: (cut text, stopped?)."""
+    text, hit = split_stop(text, config.stop)
+    if config.stop_regex:
+        import re
+
+        m = re.search(config.stop_regex, text)
+        if m:
+            return text[: m.end()], True
+    return text, hit
 
 
 def split_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from agentmill.core.types import Message
 from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, LMError, MissingExtraError, Prompt,
-                               split_stop)
+                               apply_stops)
 
 # Short names of the embedded models -> how to find their GGUF.
 EMBEDDED = {
@@ -439,8 +439,8 @@ class HFLM:
                     toks[r].pop(), lps[r].pop()
                     finish[r] = "eos"
                     continue
-                if cfg.stop:
-                    text, hit = split_stop(self.decode(toks[r]), cfg.stop)
+                if cfg.stop or cfg.stop_regex:
+                    text, hit = apply_stops(self.decode(toks[r]), cfg)
                     if hit:
                         finish[r], texts[r] = "stop", text
                         continue

@@ -1,0 +1,1 @@
+"""Text environments and task generators (substrate for methods; imports only ``core``)."""
