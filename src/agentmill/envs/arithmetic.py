@@ -81,10 +81,22 @@ class ArithmeticTask:
             return Reward(0.0, "no_answer")
         return Reward(1.0, "correct") if int(m.group(1)) == self.answer else Reward(0.0, "wrong")
 
+    def completion_prompt(self, examples: tuple[ArithmeticTask, ArithmeticTask]) -> str:
+        """The same content as a raw few-shot completion prompt (no chat template).
+
+        Small instruction-tuned models (SmolLM2-135M) ramble under a chat template at T = 1 and rarely write the
+        ``Answer:`` line; a raw few-shot transcript fixes the format so the reward measures arithmetic.
+        """
+        shots = "\n\n".join(f"Question: {e.question}\nSolution: {e.worked_solution()}" for e in examples)
+        return f"{INSTRUCTION}\n\n{shots}\n\nQuestion: {self.question}\nSolution:"
+
     @classmethod
     def from_prompt(cls, text: str, prompt_id: str = "from-prompt") -> ArithmeticTask:
         """Recover the task from the last line of a prompt (self-verifying prompts, e.g. inside a trainer)."""
-        last = text.strip().splitlines()[-1].removeprefix("Now you: ")
+        lines = [ln for ln in text.strip().splitlines() if "What is" in ln]
+        if not lines:
+            raise ValueError(f"no arithmetic question found in the prompt: {text[-80:]!r}")
+        last = lines[-1].removeprefix("Now you: ").removeprefix("Question: ")
         m = _QUESTION.search(last)
         if m is None:
             raise ValueError(f"no arithmetic question found at the end of the prompt: {last[:80]!r}")

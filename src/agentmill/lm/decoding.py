@@ -1,0 +1,117 @@
+"""The decode loop shared by the torch backends (``hf:``, ``tiny:``): batched, seeded, batch-invariant.
+
+Row (prompt i, sample j) draws one uniform per token from ``np.random.default_rng([seed, i, j])`` and picks the
+token by inverse CDF over float64 probabilities, so a prompt yields the same tokens whether decoded alone or in a
+padded batch (up to float ties between near-equal probabilities).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentmill.lm.base import Completion, GenerateConfig, apply_stops
+
+
+def sample_token(logits: np.ndarray, temperature: float, top_p: float, u: float) -> tuple[int, float]:
+    """Pick a token from 1-D ``logits`` with uniform ``u`` by inverse CDF; return (token, logprob).
+
+    The logprob is under the tempered distribution (before top-p truncation), the one a trainer recomputes.
+    Temperature 0 is greedy, with the logprob at temperature 1.
+    """
+    x = logits.astype(np.float64)
+    if temperature == 0:
+        tok = int(np.argmax(x))
+        z = x - x.max()
+        return tok, float(z[tok] - np.log(np.exp(z).sum()))
+    z = x / temperature
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    logp = np.log(np.maximum(p, 1e-300))
+    if top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(cum, top_p) + 1)]
+        q = np.zeros_like(p)
+        q[keep] = p[keep]
+        p = q / q.sum()
+    cdf = np.cumsum(p)
+    tok = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    tok = min(tok, p.size - 1)
+    while p[tok] == 0 and tok > 0:  # never land on a zero-probability token at the CDF's flat end
+        tok -= 1
+    return tok, float(logp[tok])
+
+
+def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]], cfg: GenerateConfig,
+                seed: int) -> list[Completion]:
+    """Decode one batch: ``rows`` are (prompt index, sample index) pairs over the token lists ``rendered``.
+
+    ``lm`` is a white-box model with ``forward(ids, cache, attention_mask=, position_ids=)``, ``pad_id``,
+    ``eos_token_ids``, ``max_positions`` and ``decode``, whose cache supports ``batch_select_indices``. Prompts
+    are left-padded; each distinct prompt is prefilled once and its cache shared by its samples; rows that
+    finish are dropped from the batch instead of being decoded on.
+    """
+    import torch
+
+    uniq = sorted({i for i, _ in rows})
+    width = max(len(rendered[i]) for i in uniq)
+    ids = torch.full((len(uniq), width), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(uniq), width), dtype=torch.long)
+    for r, i in enumerate(uniq):
+        n = len(rendered[i])
+        ids[r, width - n:] = torch.tensor(rendered[i])
+        mask[r, width - n:] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    prefill = lm.forward(ids, attention_mask=mask, position_ids=pos)
+    # Expand the shared prefill to one row per (prompt, sample).
+    sel = torch.tensor([uniq.index(i) for i, _ in rows])
+    cache = prefill.cache
+    cache.batch_select_indices(sel)
+    logits = prefill.logits[sel, -1].numpy()
+    mask, next_pos = mask[sel], pos[sel, -1] + 1
+    rngs = [np.random.default_rng([seed, i, j]) for i, j in rows]
+    budget = [min(cfg.max_new_tokens, lm.max_positions - len(rendered[i])) for i, _ in rows]
+    toks: list[list[int]] = [[] for _ in rows]
+    lps: list[list[float]] = [[] for _ in rows]
+    finish: list[str | None] = [None] * len(rows)
+    texts = [""] * len(rows)
+    active = list(range(len(rows)))  # row indices still decoding, in cache order
+    while active:
+        step = []
+        for k, r in enumerate(active):
+            tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, float(rngs[r].random()))
+            toks[r].append(tok)
+            lps[r].append(lp)
+            step.append(tok)
+            if tok in lm.eos_token_ids:
+                toks[r].pop(), lps[r].pop()
+                finish[r] = "eos"
+                continue
+            if cfg.stop or cfg.stop_regex:
+                text, hit = apply_stops(lm.decode(toks[r]), cfg)
+                if hit:
+                    finish[r], texts[r] = "stop", text
+                    continue
+            if len(toks[r]) >= budget[r]:
+                finish[r] = "length"
+        keep = [k for k, r in enumerate(active) if finish[r] is None]
+        if not keep:
+            break
+        if len(keep) < len(active):
+            kt = torch.tensor(keep)
+            cache.batch_select_indices(kt)
+            mask, next_pos = mask[kt], next_pos[kt]
+            step = [step[k] for k in keep]
+            active = [active[k] for k in keep]
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], 1)
+        fo = lm.forward(torch.tensor(step)[:, None], cache, attention_mask=mask, position_ids=next_pos[:, None])
+        cache, logits, next_pos = fo.cache, fo.logits[:, -1].numpy(), next_pos + 1
+    out = []
+    for r, (i, _j) in enumerate(rows):
+        text = texts[r] if finish[r] == "stop" else lm.decode(toks[r])
+        out.append(Completion(text=text, finish_reason=finish[r] or "length", token_ids=tuple(toks[r]),
+                              logprobs=tuple(lps[r]), prompt_tokens=len(rendered[i])))
+    return out

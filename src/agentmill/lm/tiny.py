@@ -1,0 +1,292 @@
+"""``tiny:`` — a small causal transformer with a byte tokenizer, trained from scratch on CPU in seconds.
+
+Later methods use it for synthetic tasks where the effect under study needs a model we fully control (a maze
+policy, a toy language with planted features). It implements the same white-box API as the transformers backend
+and shares its decode loop, so a method written against ``tiny:`` runs unchanged on ``hf:smollm2``.
+
+Specs: ``tiny:new`` (untrained, seed 0; options ``tiny:new?layers=2&d=64&heads=4``) and ``tiny:<dir>`` (a model
+saved with :meth:`TinyLM.save`: ``config.json`` + ``model.safetensors``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from agentmill.core.types import Message
+from agentmill.lm.base import Completion, ForwardOutput, GenerateConfig, LMError, MissingExtraError, Prompt
+from agentmill.lm.decoding import decode_rows
+
+BOS, EOS, PAD = 256, 257, 258
+VOCAB = 259
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingExtraError("hf", "the tiny: backend (torch)") from e
+    return torch
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    layers: int = 2
+    """Transformer blocks."""
+    d: int = 64
+    """Residual width."""
+    heads: int = 4
+    """Attention heads (d must be divisible by heads)."""
+    max_len: int = 512
+    """Learned positions: the context length."""
+    seed: int = 0
+    """Initialisation seed."""
+
+
+class TinyCache:
+    """Per-layer keys/values [B, H, T, Dh] with the cache methods the shared decode loop uses."""
+
+    def __init__(self, layers: int) -> None:
+        self.keys: list[Any] = [None] * layers
+        self.values: list[Any] = [None] * layers
+
+    def get_seq_length(self) -> int:
+        return 0 if self.keys[0] is None else int(self.keys[0].shape[2])
+
+    def update(self, layer: int, k: Any, v: Any) -> tuple[Any, Any]:
+        torch = _torch()
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], 2), torch.cat([self.values[layer], v], 2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def batch_select_indices(self, idx: Any) -> None:
+        self.keys = [None if k is None else k[idx] for k in self.keys]
+        self.values = [None if v is None else v[idx] for v in self.values]
+
+    def batch_repeat_interleave(self, n: int) -> None:
+        self.keys = [None if k is None else k.repeat_interleave(n, 0) for k in self.keys]
+        self.values = [None if v is None else v.repeat_interleave(n, 0) for v in self.values]
+
+    def crop_to(self, length: int) -> None:
+        self.keys = [None if k is None else k[:, :, :length].clone() for k in self.keys]
+        self.values = [None if v is None else v[:, :, :length].clone() for v in self.values]
+
+
+def _build_module(cfg: TinyConfig) -> Any:
+    torch = _torch()
+    nn = torch.nn
+    if cfg.d % cfg.heads:
+        raise ValueError(f"tiny: d={cfg.d} must be divisible by heads={cfg.heads}")
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(cfg.d), nn.LayerNorm(cfg.d)
+            self.qkv, self.proj = nn.Linear(cfg.d, 3 * cfg.d), nn.Linear(cfg.d, cfg.d)
+            self.mlp = nn.Sequential(nn.Linear(cfg.d, 4 * cfg.d), nn.GELU(), nn.Linear(4 * cfg.d, cfg.d))
+
+        def forward(self, x, layer, cache, key_mask):
+            B, T, D = x.shape
+            h = cfg.heads
+            q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+            q, k, v = (t.view(B, T, h, D // h).transpose(1, 2) for t in (q, k, v))
+            if cache is not None:
+                k, v = cache.update(layer, k, v)
+            S = k.shape[2]
+            # causal over absolute cache positions, and no attention to padding
+            causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            allowed = causal[None, None] & key_mask[:, None, None, :S]
+            att = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))
+            return x + self.mlp(self.ln2(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(VOCAB, cfg.d)
+            self.pos = nn.Embedding(cfg.max_len, cfg.d)
+            self.layers = nn.ModuleList(Block() for _ in range(cfg.layers))
+            self.ln_f = nn.LayerNorm(cfg.d)
+            self.head = nn.Linear(cfg.d, VOCAB, bias=False)
+
+        def forward(self, ids, cache=None, key_mask=None, position_ids=None, hidden_states=False):
+            B, T = ids.shape
+            past = cache.get_seq_length() if cache is not None else 0
+            if position_ids is None:
+                position_ids = torch.arange(past, past + T)[None].expand(B, T)
+            if key_mask is None:
+                key_mask = torch.ones(B, past + T, dtype=torch.bool)
+            x = self.tok(ids) + self.pos(position_ids.clamp(max=cfg.max_len - 1))
+            hs = [x]
+            for i, blk in enumerate(self.layers):
+                x = blk(x, i, cache, key_mask)
+                hs.append(x)
+            return self.head(self.ln_f(x)), tuple(hs)
+
+    torch.manual_seed(cfg.seed)
+    return Net()
+
+
+class _Hook:
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+class TinyLM:
+    """A byte-level causal transformer as an agentmill ``WhiteBoxLM``."""
+
+    eos_token_ids = (EOS,)
+    pad_id = PAD
+    vocab_size = VOCAB
+
+    def __init__(self, cfg: TinyConfig = TinyConfig(), *, spec: str = "tiny:new", module: Any = None) -> None:
+        self.cfg, self.spec = cfg, spec
+        self.model = module if module is not None else _build_module(cfg)
+        self.model.eval()
+        self.num_layers, self.hidden_size, self.max_positions = cfg.layers, cfg.d, cfg.max_len
+        self.info = {"spec": spec, **asdict(cfg), "n_params": int(sum(p.numel() for p in self.model.parameters()))}
+
+    # tokenisation: bytes, plus BOS/EOS/PAD
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def render(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return [BOS] + self.encode(prompt)
+        msgs = [m if isinstance(m, Message) else Message.from_dict(m) for m in prompt]
+        return [BOS] + self.encode("".join(f"{m.role}: {m.content}\n" for m in msgs) + "assistant:")
+
+    def forward(self, input_ids: Any, cache: TinyCache | None = None, *, hidden_states: bool = False,
+                attention_mask: Any | None = None, position_ids: Any | None = None) -> ForwardOutput:
+        torch = _torch()
+        ids = torch.as_tensor(np.asarray(input_ids) if not torch.is_tensor(input_ids) else input_ids,
+                              dtype=torch.long)
+        if ids.ndim == 1:
+            ids = ids[None]
+        cache = cache if cache is not None else TinyCache(self.cfg.layers)
+        if cache.get_seq_length() + ids.shape[1] > self.max_positions:
+            raise LMError(f"{self.spec}: {cache.get_seq_length() + ids.shape[1]} tokens exceed the context "
+                          f"({self.max_positions})")
+        mask = None if attention_mask is None else torch.as_tensor(attention_mask).bool()
+        pos = None if position_ids is None else torch.as_tensor(position_ids, dtype=torch.long)
+        with torch.no_grad():
+            logits, hs = self.model(ids, cache, mask, pos)
+        return ForwardOutput(logits=logits.float(), hidden_states=hs if hidden_states else None, cache=cache)
+
+    def fork_cache(self, cache: TinyCache, n: int = 1) -> TinyCache:
+        child = TinyCache(self.cfg.layers)
+        child.keys = [None if k is None else k.clone() for k in cache.keys]
+        child.values = [None if v is None else v.clone() for v in cache.values]
+        if n > 1:
+            child.batch_repeat_interleave(n)
+        return child
+
+    def crop_cache(self, cache: TinyCache, length: int) -> TinyCache:
+        if not 0 <= length <= cache.get_seq_length():
+            raise ValueError(f"crop_cache: length must be in [0, {cache.get_seq_length()}], got {length}")
+        cache.crop_to(length)
+        return cache
+
+    def cache_length(self, cache: TinyCache) -> int:
+        return cache.get_seq_length()
+
+    def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> _Hook:
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"add_hook: layer must be in [0, {self.num_layers}), got {layer}")
+        return _Hook(self.model.layers[layer].register_forward_hook(lambda m, i, out: fn(layer, out)))
+
+    def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
+        torch = _torch()
+        p, c = self.render(prompt), self.encode(continuation)
+        logits = self.forward([p + c]).logits[0].double()
+        logp = torch.log_softmax(logits[len(p) - 1: -1], -1)
+        return logp.gather(1, torch.tensor(c)[:, None])[:, 0].numpy()
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerateConfig = GenerateConfig()) -> list[Completion]:
+        rendered = [self.render(p) for p in prompts]
+        seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+        rows = [(i, j) for i in range(len(prompts)) for j in range(config.n)]
+        return [c for s in range(0, len(rows), 32) for c in decode_rows(self, rendered, rows[s: s + 32], config, seed)]
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``config.json`` + ``model.safetensors`` atomically (temp dir, then rename)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg)))
+        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(tmp / "model.safetensors"))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        return path
+
+
+def train_tiny(texts: Sequence[str], *, steps: int = 300, batch: int = 16, seq: int = 64, lr: float = 3e-3,
+               cfg: TinyConfig = TinyConfig(), seed: int = 0) -> tuple[TinyLM, list[float]]:
+    """Train a fresh TinyLM by next-byte prediction on ``texts`` (each ends with EOS); returns (model, losses)."""
+    torch = _torch()
+    stream = [t for text in texts for t in [BOS, *text.encode("utf-8"), EOS]]
+    if len(stream) < seq + 2:
+        raise ValueError(f"train_tiny needs more than {seq + 2} bytes of text, got {len(stream)}")
+    data = torch.tensor(stream)
+    lm = TinyLM(cfg)
+    net = lm.model
+    net.train()
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
+        x = torch.stack([data[s: s + seq] for s in starts])
+        y = torch.stack([data[s + 1: s + seq + 1] for s in starts])
+        logits, _ = net(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    net.eval()
+    return lm, losses
+
+
+def load(rest: str, **_: Any) -> TinyLM:
+    if rest == "new" or rest.startswith("new?"):
+        opts = dict(parse_qsl(rest.partition("?")[2]))
+        try:
+            cfg = TinyConfig(**{k: int(v) for k, v in opts.items()})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"tiny:{rest}: options are layers, d, heads, max_len, seed (integers): {e}") from e
+        return TinyLM(cfg, spec=f"tiny:{rest}")
+    path = Path(rest).expanduser()
+    if not (path / "config.json").exists() or not (path / "model.safetensors").exists():
+        raise LMError(f"tiny:{rest}: no saved tiny model there (need config.json and model.safetensors); "
+                      "train one with agentmill.lm.tiny.train_tiny(...) and .save(path)")
+    try:
+        from safetensors.torch import load_file
+
+        cfg = TinyConfig(**json.loads((path / "config.json").read_text()))
+        lm = TinyLM(cfg, spec=f"tiny:{rest}")
+        lm.model.load_state_dict(load_file(str(path / "model.safetensors")))
+    except Exception as e:  # noqa: BLE001 - one clear message for any corrupt file
+        raise LMError(f"tiny:{rest}: could not load the saved model ({type(e).__name__}: {e}); the files may be "
+                      "corrupt: retrain and save again") from e
+    lm.model.eval()
+    return lm

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agentmill.lm import GenerateConfig, LMError, load_lm
+from agentmill.lm.tiny import TinyConfig, TinyLM, train_tiny
+
+
+def test_untrained_model_api_shapes() -> None:
+    lm = load_lm("tiny:new?layers=2&d=32&heads=2")
+    fo = lm.forward([lm.render("abc")], hidden_states=True)
+    assert tuple(fo.logits.shape) == (1, 4, 259) and len(fo.hidden_states) == 3
+    with pytest.raises(ValueError, match="options are"):
+        load_lm("tiny:new?depth=3")
+
+
+def test_cache_fork_crop_match_full_forward() -> None:
+    import torch
+
+    lm = TinyLM(TinyConfig(d=32, heads=2))
+    ids = lm.render("hello world")
+    parent = lm.forward([ids[:5]]).cache
+    before = [k.clone() for k in parent.keys]
+    child = lm.fork_cache(parent, 2)
+    step = lm.forward([ids[5:], ids[5:]], child).logits
+    full = lm.forward([ids]).logits[0, 5:]
+    assert all(torch.equal(a, b) for a, b in zip(before, parent.keys))
+    assert float((step[1] - full).abs().max()) < 1e-5
+    lm.crop_cache(child, 5)
+    assert lm.cache_length(child) == 5
+
+
+def test_padded_batch_equals_single() -> None:
+    lm = TinyLM(TinyConfig(d=32, heads=2, seed=1))
+    cfg = GenerateConfig(max_new_tokens=8, temperature=1.0, seed=3)
+    batch = lm.generate(["a", "a much longer prompt"], cfg)
+    alone = lm.generate(["a", "a much longer prompt"][:1], cfg)
+    assert batch[0].token_ids == alone[0].token_ids
+    assert np.allclose(batch[0].logprobs, alone[0].logprobs, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_training_learns_a_pattern_and_roundtrips(tmp_path) -> None:
+    lm, losses = train_tiny(["abcabcabcabcabcabcabcabc"] * 20, steps=150, seq=16, cfg=TinyConfig(d=32, heads=2))
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    out = lm.generate(["abcabc"], GenerateConfig(max_new_tokens=6, temperature=0))[0]
+    assert out.text.startswith("abc")
+    path = lm.save(tmp_path / "m")
+    again = load_lm(f"tiny:{path}")
+    assert again.generate(["abcabc"], GenerateConfig(max_new_tokens=6, temperature=0))[0].text == out.text
+    (path / "model.safetensors").write_bytes(b"junk")
+    with pytest.raises(LMError, match="corrupt"):
+        load_lm(f"tiny:{path}")
+    with pytest.raises(LMError, match="no saved tiny model"):
+        load_lm(f"tiny:{tmp_path}/nothing")
