@@ -1,0 +1,158 @@
+"""``openai:<model>@<base_url>`` — any OpenAI-compatible endpoint through the official ``openai`` SDK.
+
+vLLM, llama.cpp's server, Ollama, hosted APIs and agentmill's own server all speak this protocol, so every
+experiment that only needs a black-box LM runs against them unchanged. The key comes from ``OPENAI_API_KEY``
+(local servers accept any value); it is never logged or written to a record.
+
+Conversations go to ``/v1/chat/completions``, raw strings to ``/v1/completions``. Transient failures
+(connection errors, timeouts, 429, 5xx) are retried a bounded number of times with exponential backoff; every
+final failure is an ``LMError`` that says what went wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from agentmill.core.types import Message
+from agentmill.lm.base import Completion, GenerateConfig, LMError, MissingExtraError, Prompt, apply_stops
+
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_RETRIES = 3
+
+
+def parse_openai_spec(rest: str) -> tuple[str, str]:
+    """``<model>@<base_url>`` -> (model, base_url); the base URL is mandatory (nothing is contacted by default)."""
+    model, sep, url = rest.rpartition("@")
+    if not sep or not model or not url:
+        raise ValueError(f"openai spec must be openai:<model>@<base_url>, e.g. "
+                         f"openai:gpt-4o-mini@http://127.0.0.1:8000/v1; got openai:{rest}")
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise ValueError(f"openai spec: base URL {url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
+    return model, url.rstrip("/")
+
+
+class OpenAILM:
+    """A black-box ``LM`` backed by an OpenAI-compatible server."""
+
+    def __init__(self, model: str, base_url: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_retries: int = DEFAULT_RETRIES, backoff: float = 0.5, api_key: str | None = None) -> None:
+        try:
+            import openai
+        except ImportError as e:
+            raise MissingExtraError("openai", "the openai: backend") from e
+        self._openai = openai
+        self.model, self.base_url = model, base_url
+        self.spec = f"openai:{model}@{base_url}"
+        self.max_retries, self.backoff = max_retries, backoff
+        # SDK retries are off: we retry ourselves so the count and the final message are ours.
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
+                                    timeout=timeout, max_retries=0)
+        self.info = {"spec": self.spec, "timeout": timeout, "max_retries": max_retries}
+
+    # -------------------------------------------------------------------------------------------- errors
+    def _call(self, fn: Any, **kw: Any) -> Any:
+        oa = self._openai
+        delay = self.backoff
+        for attempt in range(self.max_retries + 1):
+            try:
+                return fn(**kw)
+            except (oa.APIConnectionError, oa.APITimeoutError, oa.RateLimitError, oa.InternalServerError) as e:
+                if attempt == self.max_retries:
+                    raise LMError(self._explain(e, attempt + 1)) from e
+                time.sleep(delay)
+                delay *= 2
+            except oa.APIStatusError as e:
+                raise LMError(self._explain(e, attempt + 1)) from e
+        raise AssertionError("unreachable")
+
+    def _explain(self, e: Exception, attempts: int) -> str:
+        oa = self._openai
+        where = f"{self.base_url} (model {self.model!r})"
+        if isinstance(e, oa.APITimeoutError):
+            return f"{where} did not answer within the timeout after {attempts} attempt(s); raise the timeout or check the server"
+        if isinstance(e, oa.APIConnectionError):
+            return f"could not connect to {where} after {attempts} attempt(s): is the server running?"
+        if isinstance(e, oa.AuthenticationError):
+            return f"{where} rejected the API key (401): set OPENAI_API_KEY"
+        if isinstance(e, oa.NotFoundError):
+            return f"{where}: not found (404): check the model name and that the base URL ends in /v1"
+        if isinstance(e, oa.RateLimitError):
+            return f"{where} kept rate-limiting (429) after {attempts} attempt(s); slow down or raise limits"
+        if isinstance(e, oa.APIStatusError):
+            return f"{where} answered HTTP {e.status_code} after {attempts} attempt(s): {_short(e)}"
+        return f"{where}: {type(e).__name__}: {e}"
+
+    # ----------------------------------------------------------------------------------------- generate
+    def generate(self, prompts: Sequence[Prompt], config: GenerateConfig = GenerateConfig()) -> list[Completion]:
+        out: list[Completion] = []
+        for p in prompts:
+            out.extend(self._chat(p, config) if not isinstance(p, str) else self._complete(p, config))
+        return out
+
+    def _common(self, c: GenerateConfig) -> dict[str, Any]:
+        kw: dict[str, Any] = {"model": self.model, "max_tokens": c.max_new_tokens, "temperature": c.temperature,
+                              "top_p": c.top_p, "n": c.n}
+        if c.stop:
+            kw["stop"] = list(c.stop)[:4]  # the API accepts at most 4 stop strings
+        if c.seed is not None:
+            kw["seed"] = c.seed
+        return kw
+
+    def _chat(self, prompt: Sequence[Message], c: GenerateConfig) -> list[Completion]:
+        msgs = [(m if isinstance(m, Message) else Message.from_dict(m)).to_dict() for m in prompt]
+        resp = self._call(self.client.chat.completions.create, messages=msgs, logprobs=True, **self._common(c))
+        out = []
+        for ch in sorted(resp.choices, key=lambda x: x.index):
+            lps = tuple(t.logprob for t in (ch.logprobs.content or [])) if ch.logprobs else ()
+            out.append(self._finish(ch.message.content or "", ch.finish_reason, lps, resp, c))
+        return out
+
+    def _complete(self, prompt: str, c: GenerateConfig) -> list[Completion]:
+        resp = self._call(self.client.completions.create, prompt=prompt, **self._common(c))
+        out = []
+        for ch in sorted(resp.choices, key=lambda x: x.index):
+            lps = tuple(ch.logprobs.token_logprobs or ()) if ch.logprobs else ()
+            out.append(self._finish(ch.text or "", ch.finish_reason, lps, resp, c))
+        return out
+
+    @staticmethod
+    def _finish(text: str, reason: str | None, lps: tuple[float, ...], resp: Any, c: GenerateConfig) -> Completion:
+        text, hit = apply_stops(text, c)  # stop_regex (and >4 stop strings) are applied client-side
+        finish = "stop" if hit or reason == "stop" else ("length" if reason == "length" else "eos")
+        usage = getattr(resp, "usage", None)
+        return Completion(text=text, finish_reason=finish, logprobs=lps,
+                          prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0))
+
+    def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
+        """Prompt log-probabilities via ``/v1/completions`` with ``echo``; not every server supports it."""
+        if not isinstance(prompt, str):
+            raise LMError(f"{self.spec}: logprobs of a chat prompt need the server's chat template; pass the "
+                          "rendered text instead")
+        resp = self._call(self.client.completions.create, model=self.model, prompt=prompt + continuation,
+                          max_tokens=0, echo=True, logprobs=1)
+        lp = resp.choices[0].logprobs
+        if lp is None or not lp.token_logprobs or lp.text_offset is None:
+            raise LMError(f"{self.spec}: the endpoint returned no prompt logprobs (echo + logprobs unsupported)")
+        start = len(prompt)
+        return np.array([x for x, off in zip(lp.token_logprobs, lp.text_offset) if off >= start and x is not None])
+
+
+def _short(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+    return str(e)[:300]
+
+
+def load(rest: str, **kw: Any) -> OpenAILM:
+    model, url = parse_openai_spec(rest)
+    return OpenAILM(model, url, **kw)
