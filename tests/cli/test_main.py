@@ -63,3 +63,18 @@ def test_console_script_lists_real_experiments() -> None:
     out = subprocess.run(exe, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "e162.collapse_law" in out.stdout and "E162-R2a" in out.stdout
+
+
+def test_unloadable_model_is_bad_input_for_run_and_an_error_row_for_reproduce(fake_registry, capsys,
+                                                                                tmp_path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf")
+    assert main(["run", "fake.echo", "--model", f"hf:{bad}", "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "broken.gguf" in err and "corrupt or truncated" in err and "Traceback" not in err
+    assert not list((tmp_path / "runs").rglob("*.json"))
+    rc = main(["reproduce", "--only", "fake.echo", "fake.coin", "--model", f"hf:{bad}", "--runs-dir",
+               str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report")])
+    assert rc == 1
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "corrupt or truncated" in html and "F-1" in html

@@ -54,3 +54,21 @@ def test_training_learns_a_pattern_and_roundtrips(tmp_path) -> None:
         load_lm(f"tiny:{path}")
     with pytest.raises(LMError, match="no saved tiny model"):
         load_lm(f"tiny:{tmp_path}/nothing")
+
+
+def test_gumbel_sampler_matches_the_softmax_distribution() -> None:
+    """Chi-square goodness of fit of 20 000 draws against softmax(logits / T), T = 0.7."""
+    from scipy.stats import chisquare
+
+    from agentmill.lm.decoding import sample_token
+
+    logits = np.array([2.0, 1.0, 0.5, -1.0, 0.0])
+    p = np.exp(logits / 0.7) / np.exp(logits / 0.7).sum()
+    rng = np.random.default_rng(0)
+    draws = [sample_token(logits, 0.7, 1.0, rng)[0] for _ in range(20_000)]
+    counts = np.bincount(draws, minlength=5)
+    assert chisquare(counts, 20_000 * p).pvalue > 1e-3
+    tok, lp = sample_token(logits, 0.7, 1.0, np.random.default_rng(1))
+    assert abs(lp - np.log(p[tok])) < 1e-9
+    # top-p 0.5 keeps only the most likely token here (p[0] > 0.5)
+    assert {sample_token(logits, 0.7, 0.5, rng)[0] for _ in range(200)} == {0}

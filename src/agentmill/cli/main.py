@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from agentmill.experiments.protocol import PROFILES
+from agentmill.lm.base import LMError
 
 EXECUTORS = ("serial", "process", "ray")
 
@@ -32,7 +33,8 @@ def _parse_sets(items: list[str] | None) -> dict[str, str]:
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    # Piped output (CI logs, grep) gets a wide fixed width so ids and numbers are never wrapped mid-word.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 180)
 
 
 def _progress_bar():
@@ -192,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, LMError, ImportError) as e:
+        # Bad input (unknown id, bad --set, bad or unloadable model, missing extra): one line, no traceback.
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"agentmill: error: {msg}", file=sys.stderr)
         return 2

@@ -32,6 +32,9 @@ from agentmill.methods.tree_rollouts.collapse import (collapse_unbiased, fit_poo
                                                       predict_collapse)
 
 PAPER = "Hu et al., InfoTree, arXiv:2605.05262"
+VERSION = "2"
+"""Bumped whenever sampling or scoring changes, so checkpoints and records of an older version are not reused
+(v2: Gumbel-max sampler)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def _slug(text: str) -> str:
 
 
 def _checkpoint_path(s: Setup, ctx: RunContext) -> Path:
-    name = (f"samples-{_slug(ctx.model)}-{s.prompt_style}-s{s.seed}-T{s.temperature:g}-n{s.samples}"
+    name = (f"samples-v{VERSION}-{_slug(ctx.model)}-{s.prompt_style}-s{s.seed}-T{s.temperature:g}-n{s.samples}"
             f"-m{s.max_new_tokens}.jsonl")
     return ctx.work_dir / name
 
@@ -329,6 +332,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     uses_model=True,
+    version=VERSION,
     scale_note="SmolLM2-135M-Instruct (hf:smollm2, fp32, CPU) unless --model says otherwise; self-generated "
                "arithmetic, levels 1–7, raw few-shot prompts (not the chat template); full = 64 prompts × 32 samples, quick = 32 × 16 (Gc = 8), T = 1.0, "
                "≤ 48 tokens. The paper used nine math/agent benchmarks and larger models; its ≈45% plateau "

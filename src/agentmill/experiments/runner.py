@@ -97,11 +97,14 @@ def _store(record: RunRecord, runs_dir: Path) -> Path:
 def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None = None,
                    overrides: Mapping[str, str] | None = None, executor: str = "serial",
                    runs_dir: str | os.PathLike[str] = "runs", progress: Progress | None = None,
-                   resume: bool = True, raise_errors: bool = False) -> RunRecord:
+                   resume: bool = True, raise_errors: bool = False,
+                   preflight_errors_as_records: bool = False) -> RunRecord:
     """Run one experiment at ``profile`` and store its record.
 
-    Bad input (unknown profile, bad ``--set``, malformed model spec) raises before anything is written. An
-    exception inside ``measure`` becomes an ``error`` record (and is re-raised when ``raise_errors``).
+    Bad input (unknown profile, bad ``--set``, malformed model spec, a model that cannot be loaded) raises before
+    anything is written; in a suite (``preflight_errors_as_records``) an unloadable model instead becomes the
+    experiment's error record, so the report shows it. An exception inside ``measure`` becomes an ``error``
+    record (and is re-raised when ``raise_errors``).
     ``KeyboardInterrupt`` propagates and writes nothing: checkpoints in the work dir let the rerun resume.
     """
     runs_dir = Path(runs_dir)
@@ -119,6 +122,8 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
 
     import dataclasses
 
+    if model_spec is not None and not preflight_errors_as_records:
+        cached_lm(model_spec)  # an unloadable model is bad input: fail before anything is written
     work_dir = runs_dir / profile / "work" / exp.id
     work_dir.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(profile=profile, model=model_spec or DEFAULT_MODEL,
@@ -167,7 +172,7 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
     for exp in exps:
         prog = progress_factory(exp) if progress_factory else None
         rec = run_experiment(exp, profile=profile, model=model, executor=executor, runs_dir=runs_dir,
-                             progress=prog, resume=resume)
+                             progress=prog, resume=resume, preflight_errors_as_records=True)
         records.append(rec)
         if on_done:
             on_done(exp, rec)

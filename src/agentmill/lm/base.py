@@ -39,8 +39,8 @@ class GenerateConfig:
     """Sampling settings shared by every backend.
 
     ``temperature == 0`` means greedy decoding. With ``temperature > 0`` and a ``seed``, sampling is reproducible
-    and batch-invariant: prompt ``i`` of a call draws from its own stream keyed by ``(seed, i)``, so it yields the
-    same text whether decoded alone or in a batch.
+    and batch-invariant: sample ``j`` of prompt ``i`` draws from its own stream keyed by ``(seed, i, j)``, so it
+    yields the same text whether decoded alone or in a batch.
     """
 
     max_new_tokens: int = 64

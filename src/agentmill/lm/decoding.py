@@ -1,8 +1,8 @@
 """The decode loop shared by the torch backends (``hf:``, ``tiny:``): batched, seeded, batch-invariant.
 
-Row (prompt i, sample j) draws one uniform per token from ``np.random.default_rng([seed, i, j])`` and picks the
-token by inverse CDF over float64 probabilities, so a prompt yields the same tokens whether decoded alone or in a
-padded batch (up to float ties between near-equal probabilities).
+Row (prompt i, sample j) draws its noise from its own stream ``np.random.default_rng([seed, i, j])`` and picks
+the token by the Gumbel-max trick in float64, so a prompt yields the same tokens whether decoded alone or in a
+padded batch (up to float ties between near-equal perturbed scores).
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ import numpy as np
 from agentmill.lm.base import Completion, GenerateConfig, apply_stops
 
 
-def sample_token(logits: np.ndarray, temperature: float, top_p: float, u: float) -> tuple[int, float]:
-    """Pick a token from 1-D ``logits`` with uniform ``u`` by inverse CDF; return (token, logprob).
+def sample_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> tuple[int, float]:
+    """Sample a token from 1-D ``logits`` with the row's own ``rng``; return (token, logprob).
 
-    The logprob is under the tempered distribution (before top-p truncation), the one a trainer recomputes.
-    Temperature 0 is greedy, with the logprob at temperature 1.
+    Gumbel-max: argmax(logits/T + G), G = -log(-log U) with one uniform per vocabulary entry, is an exact sample
+    of softmax(logits/T). Unlike an inverse CDF over the vocabulary, it only flips when the top two perturbed
+    scores are within float noise, so fp32 differences between a padded batch and a single row (~1e-5) almost
+    never change the token. The logprob is under the tempered distribution (before top-p truncation), the one a
+    trainer recomputes; temperature 0 is greedy, with the logprob at temperature 1.
     """
     x = logits.astype(np.float64)
     if temperature == 0:
@@ -27,21 +30,14 @@ def sample_token(logits: np.ndarray, temperature: float, top_p: float, u: float)
         return tok, float(z[tok] - np.log(np.exp(z).sum()))
     z = x / temperature
     z -= z.max()
-    p = np.exp(z)
-    p /= p.sum()
-    logp = np.log(np.maximum(p, 1e-300))
+    logp = z - np.log(np.exp(z).sum())
+    scores = logp - np.log(-np.log(rng.random(logp.size)))
     if top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
-        cum = np.cumsum(p[order])
-        keep = order[: int(np.searchsorted(cum, top_p) + 1)]
-        q = np.zeros_like(p)
-        q[keep] = p[keep]
-        p = q / q.sum()
-    cdf = np.cumsum(p)
-    tok = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    tok = min(tok, p.size - 1)
-    while p[tok] == 0 and tok > 0:  # never land on a zero-probability token at the CDF's flat end
-        tok -= 1
+        order = np.argsort(-logp, kind="stable")
+        cum = np.cumsum(np.exp(logp[order]))
+        outside = order[int(np.searchsorted(cum, top_p) + 1):]
+        scores[outside] = -np.inf
+    tok = int(np.argmax(scores))
     return tok, float(logp[tok])
 
 
@@ -82,7 +78,7 @@ def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]],
     while active:
         step = []
         for k, r in enumerate(active):
-            tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, float(rngs[r].random()))
+            tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, rngs[r])
             toks[r].append(tok)
             lps[r].append(lp)
             step.append(tok)

@@ -6,10 +6,9 @@ for SmolLM2 on 2 cores). After the first load a safetensors copy is written to a
 ``save_pretrained`` refuses a GGUF-loaded model while its quantizer marks are set, so they are cleared first
 (the weights are already plain float tensors).
 
-Sampling. We run our own decode loop (not ``model.generate``) so that sampling is reproducible and
-batch-invariant: row (prompt i, sample j) draws one uniform per token from ``np.random.default_rng([seed, i, j])``
-and picks the token by inverse CDF over float64 probabilities. The same prompt therefore yields the same tokens
-whether it is decoded alone or in a padded batch (up to float ties between near-equal probabilities).
+Sampling. We run our own decode loop (``lm/decoding.py``, not ``model.generate``) so that sampling is
+reproducible and batch-invariant: row (prompt i, sample j) draws from ``np.random.default_rng([seed, i, j])``,
+so the same prompt yields the same tokens whether it is decoded alone or in a padded batch.
 """
 
 from __future__ import annotations
