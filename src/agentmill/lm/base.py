@@ -163,6 +163,29 @@ class WhiteBoxLM(LM, Protocol):
         ...
 
 
+def as_messages(prompt: Sequence[Message | dict]) -> list[Message]:
+    """A conversation as ``Message`` objects (accepts OpenAI-style dicts too)."""
+    return [m if isinstance(m, Message) else Message.from_dict(m) for m in prompt]
+
+
+def plain_transcript(prompt: Prompt) -> str:
+    """The template-free rendering every backend without a chat template uses: raw strings as is, conversations
+    as ``role: content`` lines ending in ``assistant:``."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(f"{m.role}: {m.content}\n" for m in as_messages(prompt)) + "assistant:"
+
+
+class HookHandle:
+    """What ``add_hook`` returns: call ``remove()`` to detach the hook."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
 def require_white_box(lm: LM, method: str) -> WhiteBoxLM:
     """Return ``lm`` as a WhiteBoxLM or raise a clear error naming the method that needs internals."""
     if not isinstance(lm, WhiteBoxLM):

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.types import Message
-from agentmill.lm.base import Completion, ForwardOutput, GenerateConfig, LMError, MissingExtraError, Prompt
+from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, HookHandle, LMError, MissingExtraError,
+                               Prompt, as_messages, plain_transcript)
 from agentmill.lm.decoding import decode_rows
 
 # Short names of the embedded models -> how to find their GGUF.
@@ -221,14 +221,6 @@ def _write_cache(model: Any, tok: Any, target: Path) -> None:
         warnings.warn(f"could not write the model cache at {target}: {e}", stacklevel=2)
 
 
-class _Hook:
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def remove(self) -> None:
-        self._handle.remove()
-
-
 class HFLM:
     """A transformers causal LM as an agentmill ``WhiteBoxLM``."""
 
@@ -269,12 +261,10 @@ class HFLM:
         """
         if isinstance(prompt, str):
             return self.encode(prompt)
-        msgs = [m if isinstance(m, Message) else Message.from_dict(m) for m in prompt]
-        if self.has_chat_template:
-            text = self.tokenizer.apply_chat_template([m.to_dict() for m in msgs], add_generation_prompt=True,
-                                                      tokenize=False)
-        else:
-            text = "".join(f"{m.role}: {m.content}\n" for m in msgs) + "assistant:"
+        if not self.has_chat_template:
+            return self.encode(plain_transcript(prompt))
+        text = self.tokenizer.apply_chat_template([m.to_dict() for m in as_messages(prompt)],
+                                                  add_generation_prompt=True, tokenize=False)
         return self.encode(text)
 
     # ------------------------------------------------------------------------------------------------ forward
@@ -326,7 +316,7 @@ class HFLM:
     def cache_length(self, cache: Any) -> int:
         return int(cache.get_seq_length())
 
-    def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> _Hook:
+    def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> HookHandle:
         """Forward hook on decoder layer ``layer``; ``fn(layer, hidden)`` may return a replacement tensor."""
         layers = self.model.model.layers
         if not 0 <= layer < len(layers):
@@ -339,7 +329,7 @@ class HFLM:
                 return None
             return (new, *out[1:]) if isinstance(out, tuple) else new
 
-        return _Hook(layers[layer].register_forward_hook(hook))
+        return HookHandle(layers[layer].register_forward_hook(hook))
 
     # ------------------------------------------------------------------------------------------------ scoring
     def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:

@@ -11,28 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from agentmill.core.types import Message
-from agentmill.lm.base import Completion, GenerateConfig, LMError, Prompt, apply_stops
+from agentmill.lm.base import Completion, GenerateConfig, LMError, Prompt, apply_stops, plain_transcript
 
 Responder = Callable[[str, np.random.Generator | None], str]
-
-
-def render_plain(prompt: Prompt) -> str:
-    """A deterministic transcript: raw strings as is; conversations as ``role: content`` lines + ``assistant:``."""
-    if isinstance(prompt, str):
-        return prompt
-    msgs = [m if isinstance(m, Message) else Message.from_dict(m) for m in prompt]
-    return "".join(f"{m.role}: {m.content}\n" for m in msgs) + "assistant:"
-
-
-def _last_user(prompt: Prompt) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    users = [m for m in prompt if (m.role if isinstance(m, Message) else m["role"]) == "user"]
-    if not users:
-        return ""
-    m = users[-1]
-    return m.content if isinstance(m, Message) else m["content"]
 
 
 class ScriptedLM:
@@ -52,7 +33,7 @@ class ScriptedLM:
         self.calls: list[str] = []
 
     def _reply(self, prompt: Prompt, rng: np.random.Generator | None) -> str:
-        text = render_plain(prompt)
+        text = plain_transcript(prompt)
         r = self._responses
         if callable(r):
             return r(text, rng)
@@ -71,7 +52,7 @@ class ScriptedLM:
         seed = 0 if config.seed is None else config.seed
         out = []
         for i, p in enumerate(prompts):
-            self.calls.append(render_plain(p))
+            self.calls.append(plain_transcript(p))
             for j in range(config.n):
                 rng = np.random.default_rng([seed, i, j]) if config.temperature > 0 else None
                 text = self._reply(p, rng)
@@ -84,7 +65,7 @@ class ScriptedLM:
                     finish = "stop"
                 n_tok = len(text.split())
                 out.append(Completion(text=text, finish_reason=finish, token_ids=tuple(range(n_tok)),
-                                      logprobs=(-1.0,) * n_tok, prompt_tokens=len(render_plain(p).split())))
+                                      logprobs=(-1.0,) * n_tok, prompt_tokens=len(plain_transcript(p).split())))
         return out
 
     def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:

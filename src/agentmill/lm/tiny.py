@@ -22,8 +22,8 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from agentmill.core.types import Message
-from agentmill.lm.base import Completion, ForwardOutput, GenerateConfig, LMError, MissingExtraError, Prompt
+from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, HookHandle, LMError, MissingExtraError,
+                               Prompt, plain_transcript)
 from agentmill.lm.decoding import decode_rows
 
 BOS, EOS, PAD = 256, 257, 258
@@ -137,14 +137,6 @@ def _build_module(cfg: TinyConfig) -> Any:
     return Net()
 
 
-class _Hook:
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def remove(self) -> None:
-        self._handle.remove()
-
-
 class TinyLM:
     """A byte-level causal transformer as an agentmill ``WhiteBoxLM``."""
 
@@ -167,10 +159,7 @@ class TinyLM:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
     def render(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            return [BOS] + self.encode(prompt)
-        msgs = [m if isinstance(m, Message) else Message.from_dict(m) for m in prompt]
-        return [BOS] + self.encode("".join(f"{m.role}: {m.content}\n" for m in msgs) + "assistant:")
+        return [BOS] + self.encode(plain_transcript(prompt))
 
     def forward(self, input_ids: Any, cache: TinyCache | None = None, *, hidden_states: bool = False,
                 attention_mask: Any | None = None, position_ids: Any | None = None) -> ForwardOutput:
@@ -206,10 +195,10 @@ class TinyLM:
     def cache_length(self, cache: TinyCache) -> int:
         return cache.get_seq_length()
 
-    def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> _Hook:
+    def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> HookHandle:
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"add_hook: layer must be in [0, {self.num_layers}), got {layer}")
-        return _Hook(self.model.layers[layer].register_forward_hook(lambda m, i, out: fn(layer, out)))
+        return HookHandle(self.model.layers[layer].register_forward_hook(lambda m, i, out: fn(layer, out)))
 
     def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
         torch = _torch()
