@@ -25,7 +25,8 @@ td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
 .v{font-weight:600;padding:.1rem .45rem;border-radius:.3rem;white-space:nowrap}
 .supported{background:#d8f5df;color:#17663a} .not_supported{background:#fde2e1;color:#a1251b}
 .inconclusive{background:#fff3cd;color:#7a5b00} .not_judged{background:#eee;color:#555}
-.error{background:#fde2e1;color:#a1251b} .scale{color:#555;font-size:.82rem;max-width:28rem}
+.error{background:#fde2e1;color:#a1251b} .scale{color:#555;font-size:.82rem}
+tr.exp td{background:#eef3fb;border-top:2px solid #b8c7e0}
 figure{display:inline-block;margin:.5rem 1rem .5rem 0} figure img{max-width:560px;border:1px solid #eee}
 figcaption{font-size:.8rem;color:#555} pre{white-space:pre-wrap;background:#f8f8f8;padding:.5rem}
 .summary span{margin-right:1rem}
@@ -51,28 +52,33 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
     for exp_id, exp in experiments.items():
         rec = by_id.get(exp_id)
         if rec is None:
-            rows.append(f"<tr><td>{_e(exp_id)}</td><td colspan=9><em>not run</em></td></tr>")
+            rows.append(f"<tr class=exp><td colspan=8><b>{_e(exp_id)}</b> — {_e(exp.title)} <em>(not run)</em>"
+                        f"</td></tr>")
             continue
         rec_name = f"{exp_id}.{rec.profile}.json"
         rec.write(out / "records" / rec_name)
-        meta = (f"<td>{_e(rec.model or 'none (closed form / numpy)')}</td><td>{_e(rec.git_commit or '?')}</td>"
-                f"<td><a href='records/{_e(rec_name)}'>{_e(rec.profile)}</a></td>")
+        rows.append(
+            f"<tr class=exp><td colspan=8><b>{_e(exp_id)}</b> — {_e(exp.title)}<br><span class=scale>"
+            f"<b>scale:</b> {_e(exp.scale_note)} · <b>paper:</b> {_e(exp.paper)} · profile {_e(rec.profile)} · "
+            f"{rec.wall_seconds:.1f} s · <a href='records/{_e(rec_name)}'>record</a></span></td></tr>")
+        meta = f"<td>{_e(rec.model or 'none (numpy)')}</td><td><code>{_e(rec.git_commit or '?')}</code></td>"
         if rec.status != "ok":
             counts["error"] += 1
             rows.append(f"<tr><td>{_e(exp_id)}</td><td colspan=5><span class='v error'>error</span> "
-                        f"{_e(rec.error)}</td><td class=scale>{_e(exp.scale_note)}</td>{meta}</tr>")
+                        f"{_e(rec.error)}</td>{meta}</tr>")
             continue
         for claim in exp.claims:
             est = rec.metrics.get(claim.metric)
             verdict = rec.verdicts.get(claim.id, "inconclusive")
             counts[verdict] = counts.get(verdict, 0) + 1
             ours = est.fmt() if est is not None else "missing"
+            how = f"{est.method}, n={est.n}" if est is not None else ""
             rows.append(
-                f"<tr><td>{_e(exp_id)}<br><b>{_e(claim.id)}</b></td><td>{_e(claim.statement)}"
+                f"<tr><td><b>{_e(claim.id)}</b></td><td>{_e(claim.statement)}"
                 f"<br><small>source: {_e(claim.source)}</small></td><td>{_e(claim.paper_value)}</td>"
                 f"<td><code>{_e(claim.metric)}</code> {_e(claim.threshold_text)}</td>"
-                f"<td class=num>{_e(ours)}</td><td><span class='v {verdict}'>{_e(verdict)}</span></td>"
-                f"<td class=scale>{_e(exp.scale_note)}</td>{meta}</tr>")
+                f"<td class=num title='{_e(how)}'>{_e(ours)}<br><small>{_e(how)}</small></td>"
+                f"<td><span class='v {verdict}'>{_e(verdict)}</span></td>{meta}</tr>")
         if exp.plots is not None and rec.data:
             pdir = out / "plots" / exp_id
             if pdir.exists():
@@ -98,8 +104,8 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
 <p class=sub>Generated {now}; profile(s): {_e(', '.join(profiles) or 'none')}. Verdicts: <i>supported</i> only when
 the whole 95% CI is on the pre-registered side of the threshold; the smoke profile is never judged.</p>
 <p class=summary>{summary}</p>
-<table><thead><tr><th>experiment / claim</th><th>claim (paraphrased)</th><th>paper</th><th>pre-registered test</th>
-<th>ours (95% CI)</th><th>verdict</th><th>scale note</th><th>model</th><th>commit</th><th>record</th></tr></thead>
+<table><thead><tr><th>claim</th><th>claim (paraphrased)</th><th>paper</th><th>pre-registered test</th>
+<th>ours (95% CI)</th><th>verdict</th><th>model</th><th>commit</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>
