@@ -76,7 +76,8 @@ class OpenAILM:
         oa = self._openai
         where = f"{self.base_url} (model {self.model!r})"
         if isinstance(e, oa.APITimeoutError):
-            return f"{where} did not answer within the timeout after {attempts} attempt(s); raise the timeout or check the server"
+            return (f"{where} did not answer within the timeout after {attempts} attempt(s); raise the timeout or "
+                    "check the server")
         if isinstance(e, oa.APIConnectionError):
             return f"could not connect to {where} after {attempts} attempt(s): is the server running?"
         if isinstance(e, oa.AuthenticationError):

@@ -99,7 +99,8 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
     summary = "".join(f"<span><span class='v {k}'>{k}</span> {v}</span>" for k, v in counts.items() if v)
     doc = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,"><style>{_CSS}</style></head>
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
+<style>{_CSS}</style></head>
 <body><h1>{_e(title)}</h1>
 <p class=sub>Generated {now}; profile(s): {_e(', '.join(profiles) or 'none')}. Verdicts: <i>supported</i> only when
 the whole 95% CI is on the pre-registered side of the threshold; the smoke profile is never judged.</p>
