@@ -1,14 +1,16 @@
-"""Throughput of the embedded SmolLM2 on this machine: prefill and decode tokens/s, fp32 vs bf16, batch 1 vs
-batched, and the cost of a forked branch vs a fresh prompt. A benchmark (ratios measured side by side in one
-run), not a test.
+"""Throughput of the embedded SmolLM2 on this machine: prefill and decode tokens/s, fp32 vs bf16, 2 vs 1 torch
+threads, batch 1 vs batched, and the cost of a forked branch vs a fresh prompt. A benchmark (ratios measured side
+by side in one run, medians of repeats), not a test.
 
     python benchmarks/lm_throughput.py [--out benchmarks/results/lm_throughput.json] [--quick]
+
+Torch's intra-op threads spin-wait on each other: on 2 cores, another busy process makes 2 threads many times
+slower than 1. The load average is recorded before and after so a contended run can be recognised.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -37,14 +39,19 @@ def _timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench(dtype: str, *, prefill_len: int, decode_steps: int, batches: tuple[int, ...], repeats: int) -> dict:
+def bench(dtype: str, threads: int, *, prefill_len: int, decode_steps: int, batches: tuple[int, ...],
+          branch_back: int, repeats: int) -> dict:
     import torch
 
     lm = load_lm("hf:smollm2", dtype=dtype)
-    ids = (lm.encode(PROMPT) * 20)[:prefill_len]
-    out: dict = {"dtype": dtype}
-    t = _timed(lambda: lm.forward([ids]), repeats)
-    out["prefill_tok_s"] = prefill_len / t
+    torch.set_num_threads(threads)  # process-wide; the loader set 2
+    ids = (lm.encode(PROMPT) * 40)[:prefill_len]
+    out: dict = {"config": f"{dtype}, {threads} thr", "dtype": dtype, "threads": threads}
+    for b in batches:
+        if b <= 4:  # prefill is compute-bound: tok/s barely moves past 4 rows and a batch of 8 costs seconds
+            out[f"prefill_tok_s_b{b}"] = b * prefill_len / _timed(lambda b=b: lm.forward([ids] * b), repeats)
+    # The LM head over every prompt position is a fixed share of a prefill; generation needs only the last row.
+    out["prefill_last_logits_tok_s_b1"] = prefill_len / _timed(lambda: lm.forward([ids], logits_to_keep=1), repeats)
     for b in batches:
         cache0 = lm.forward([ids] * b).cache
 
@@ -57,10 +64,10 @@ def bench(dtype: str, *, prefill_len: int, decode_steps: int, batches: tuple[int
         t = _timed(decode, repeats)
         out[f"decode_tok_s_b{b}"] = b * decode_steps / t
         out[f"decode_step_ms_b{b}"] = 1000 * t / decode_steps
-    # A forked branch (copy + crop to the branch point + re-feed 1 token + decode N) vs a fresh prompt
-    # (prefill prompt + prefix, decode N). Both end with the same tokens in the cache.
+    # A branch off a shared prefix, two ways that leave the same tokens in the cache: forked = deep-copy the
+    # parent's cache, crop to the branch point, re-feed 1 token, decode N; fresh = prefill prompt + prefix, decode N.
     full = lm.forward([ids]).cache
-    branch_at = prefill_len - 32
+    branch_at = prefill_len - branch_back
 
     def forked():
         c = lm.crop_cache(lm.fork_cache(full), branch_at - 1)
@@ -79,39 +86,61 @@ def bench(dtype: str, *, prefill_len: int, decode_steps: int, batches: tuple[int
 
     out["forked_branch_s"] = _timed(forked, repeats)
     out["fresh_prompt_s"] = _timed(fresh, repeats)
-    out["fork_overhead_s"] = _timed(fork_only, repeats)
-    out["decode_step_s_b1"] = out["decode_step_ms_b1"] / 1000
-    out["fork_cost_in_decode_steps"] = out["fork_overhead_s"] / out["decode_step_s_b1"]
     out["branch_vs_fresh_ratio"] = out["forked_branch_s"] / out["fresh_prompt_s"]
+    out["fork_overhead_s"] = _timed(fork_only, repeats)
+    out["fork_cost_in_decode_steps"] = out["fork_overhead_s"] / (out["decode_step_ms_b1"] / 1000)
     return out
+
+
+ROWS = [  # (metric, label) in table order
+    ("prefill_tok_s_b1", "prefill tok/s, batch 1"),
+    ("prefill_tok_s_b4", "prefill tok/s, batch 4"),
+    ("prefill_last_logits_tok_s_b1", "prefill tok/s, b1, last logits only"),
+    ("decode_tok_s_b1", "decode tok/s, batch 1"),
+    ("decode_tok_s_b4", "decode tok/s, batch 4"),
+    ("decode_tok_s_b8", "decode tok/s, batch 8"),
+    ("decode_step_ms_b1", "decode step ms, batch 1"),
+    ("decode_step_ms_b8", "decode step ms, batch 8"),
+    ("forked_branch_s", "forked branch s (fork+crop+1+N)"),
+    ("fresh_prompt_s", "fresh prompt s (prefill+N)"),
+    ("branch_vs_fresh_ratio", "forked / fresh"),
+    ("fork_cost_in_decode_steps", "fork+crop+refeed, in decode steps"),
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lm_throughput.json"))
-    ap.add_argument("--quick", action="store_true", help="fewer repeats and steps")
+    ap.add_argument("--quick", action="store_true", help="shorter prompt, fewer steps and repeats (~1 min)")
     args = ap.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+    import transformers
 
-    kw = dict(prefill_len=256, decode_steps=8 if args.quick else 32, batches=(1, 4, 8),
-              repeats=2 if args.quick else 5)
-    rows = [bench(d, **kw) for d in ("float32", "bfloat16")]
+    kw = dict(prefill_len=128 if args.quick else 256, decode_steps=8 if args.quick else 32, batches=(1, 4, 8),
+              branch_back=16 if args.quick else 32, repeats=2 if args.quick else 5)
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    rows = [bench(dtype, threads, **kw) for dtype, threads in (("float32", 2), ("float32", 1), ("bfloat16", 2))]
+    wall = time.perf_counter() - t0
+    load_after = os.getloadavg()
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"hf:smollm2 throughput ({torch.get_num_threads()} threads, prefill {kw['prefill_len']} tok)")
-    keys = ["prefill_tok_s", "decode_tok_s_b1", "decode_tok_s_b4", "decode_tok_s_b8", "decode_step_ms_b1",
-            "forked_branch_s", "fresh_prompt_s", "branch_vs_fresh_ratio", "fork_cost_in_decode_steps"]
+    table = Table(title=f"hf:smollm2 throughput (prefill {kw['prefill_len']} tok, decode {kw['decode_steps']} "
+                        f"steps, branch {kw['branch_back']} back, median of {kw['repeats']})")
     table.add_column("metric")
     for r in rows:
-        table.add_column(r["dtype"], justify="right")
-    for k in keys:
-        table.add_row(k, *[f"{r[k]:.3g}" for r in rows])
-    Console().print(table)
-    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "torch": torch.__version__, "threads": torch.get_num_threads()},
-              "settings": kw, "results": rows}
+        table.add_column(r["config"], justify="right")
+    for key, label in ROWS:
+        table.add_row(label, *[f"{r[key]:.3g}" if key in r else "-" for r in rows])
+    console = Console(width=110)
+    console.print(table)
+    console.print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
+                  f"({os.cpu_count()} cpus; >0.5 before means another process competed for the cores)")
+    result = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
+                          "cpus": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
+                          "loadavg_before": load_before, "loadavg_after": load_after},
+              "settings": {**kw, "quick": args.quick}, "wall_s": round(wall, 1), "results": rows}
     write_json_atomic(args.out, result)
     print(f"wrote {args.out}")
 

@@ -48,3 +48,20 @@ def test_completion_prompt_is_few_shot_and_roundtrips() -> None:
     text = t.completion_prompt(example_pair(2, 3, 1))
     assert text.endswith(f"Question: {t.question}\nSolution:") and text.count("Question:") == 3
     assert ArithmeticTask.from_prompt(text).answer == t.answer
+
+
+def test_from_prompt_after_a_chat_template() -> None:
+    t = make_task(7, 2, 4)
+    content = t.messages(example_pair(7, 2, 4))[0].content
+    templated = f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+    back = ArithmeticTask.from_prompt(templated)
+    assert (back.operands, back.op, back.level, back.answer) == (t.operands, t.op, 7, t.answer)
+    with pytest.raises(ValueError, match="mixed operators"):
+        ArithmeticTask.from_prompt("What is 12 + 3 * 4?")
+
+
+def test_every_level_verifies_its_own_worked_solution() -> None:
+    for t in make_pool(70, seed=9):
+        assert t.verify(t.worked_solution()).value == 1.0
+        assert t.verify(f"Answer: {t.answer + 1}").reason == "wrong"
+        assert t.verify(f"Answer: -{t.answer}").reason == "wrong"

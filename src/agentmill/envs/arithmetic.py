@@ -20,7 +20,7 @@ LEVELS = (1, 2, 3, 4, 5, 6, 7)
 INSTRUCTION = "Solve step by step, then write 'Answer: <number>'."
 MAX_SCAN_CHARS = 2000  # spec §6.9: the verifier only reads the first 2 000 characters
 _ANSWER = re.compile(r"Answer:\s*(-?\d{1,12})")
-_QUESTION = re.compile(r"What is (\d{1,3}(?: [+*] \d{1,3}){1,4})\?\s*$")
+_QUESTION = re.compile(r"What is (\d{1,3}(?: [+*] \d{1,3}){1,4})\?")
 STOP_REGEX = r"Answer:\s*-?\d+\s*\n"
 """Generation may stop once an answer line is complete (spec §6.9: a newline after the answer digits)."""
 
@@ -92,22 +92,19 @@ class ArithmeticTask:
 
     @classmethod
     def from_prompt(cls, text: str, prompt_id: str = "from-prompt") -> ArithmeticTask:
-        """Recover the task from the last line of a prompt (self-verifying prompts, e.g. inside a trainer)."""
-        lines = [ln for ln in text.strip().splitlines() if "What is" in ln]
-        if not lines:
-            raise ValueError(f"no arithmetic question found in the prompt: {text[-80:]!r}")
-        last = lines[-1].removeprefix("Now you: ").removeprefix("Question: ")
-        m = _QUESTION.search(last)
-        if m is None:
-            raise ValueError(f"no arithmetic question found at the end of the prompt: {last[:80]!r}")
-        parts = m.group(1).split(" ")
+        """Recover the task from the last question in a prompt, so the task is self-verifying inside a trainer
+        that passes only prompts (spec §6.9). Works on the chat message, the few-shot text, and either after a
+        chat template has wrapped it (trailing ``<|im_end|>``/assistant markers are ignored)."""
+        matches = list(_QUESTION.finditer(text))
+        if not matches:
+            raise ValueError(f"no arithmetic question found in the prompt text: {text[-80:]!r}")
+        parts = matches[-1].group(1).split(" ")
         ops = set(parts[1::2])
         if len(ops) != 1:
-            raise ValueError(f"mixed operators in {m.group(1)!r}")
+            raise ValueError(f"mixed operators in the prompt text's question {matches[-1].group(1)!r}")
         operands = tuple(int(x) for x in parts[0::2])
         op = ops.pop()
-        level = _infer_level(operands, op)
-        return cls(level=level, operands=operands, op=op, prompt_id=prompt_id)
+        return cls(level=_infer_level(operands, op), operands=operands, op=op, prompt_id=prompt_id)
 
 
 def _infer_level(operands: tuple[int, ...], op: str) -> int:

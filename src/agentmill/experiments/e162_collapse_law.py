@@ -182,6 +182,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax1.errorbar(pool["Gs"], pool["mc"], yerr=2 * np.array(pool["se"]), fmt="o", ms=4, label="Monte Carlo ±2 SE")
     ax1.axhline(pool["lake"], ls="--", c="gray", label=f"lake mass {pool['lake']:.2f}")
     ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log")  # pitfall 2: the approach is polynomial, so the flattening shows only on log axes
     ax1.set_xlabel("group size G")
     ax1.set_ylabel("pool collapse E[C(G)]")
     ax1.set_title("Budget-agnostic sampling plateaus at the lake")

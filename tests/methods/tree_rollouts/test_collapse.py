@@ -7,7 +7,8 @@ import pytest
 
 from agentmill.methods.tree_rollouts import (collapse_probability, collapse_unbiased, expected_pool_collapse,
                                              fit_pool_mixture, group_stats, min_group_size, mixed_probability,
-                                             pool_collapse_curve, predict_collapse, simulate_collapse)
+                                             pool_collapse_curve, predict_collapse, simulate_collapse,
+                                             simulate_groups)
 
 # spec rl-rollouts §2.1, reference values of C(G, p)
 TABLE = {0.01: (0.961, 0.923, 0.851, 0.725, 0.526, 0.276), 0.05: (0.815, 0.663, 0.440, 0.194, 0.038, 0.001),
@@ -57,6 +58,9 @@ def test_unbiased_estimator_by_hand() -> None:
     (lambda: collapse_unbiased(5, 4, 2), "k"), (lambda: collapse_unbiased(1, 4, 5), "G"),
     (lambda: min_group_size(0.2, 1.0), "delta"), (lambda: fit_pool_mixture([(1, 4)] * 7), "8 prompts"),
     (lambda: expected_pool_collapse(0.7, 0.5, 1, 1, 2), "z0"),
+    (lambda: simulate_groups(0.5, 4, 0, np.random.default_rng(0)), "n"),
+    (lambda: group_stats([1.0, float("nan")], [0, 0]), "NaN"), (lambda: group_stats([1.0], [0, 1]), "align"),
+    (lambda: pool_collapse_curve([(3, 2)], [1]), "counts|0 <= k <= N"),
 ])
 def test_bad_input_names_the_argument(call, arg) -> None:
     with pytest.raises(ValueError, match=arg):
@@ -69,6 +73,28 @@ def test_monte_carlo_agrees_within_4_se_and_tightens(n) -> None:
     for G, p in [(4, 0.1), (16, 0.05), (8, 0.5)]:
         c = collapse_probability(p, G)
         assert abs(simulate_collapse(p, G, n, rng) - c) <= 4 * math.sqrt(c * (1 - c) / n)
+
+
+@pytest.mark.parametrize("n", [1_000, 20_000])
+def test_simulated_groups_through_group_stats_follow_the_law(n) -> None:
+    """End to end: explicit 0/1 groups -> trainer telemetry -> C(G,p), p^G and (1-p)^G within 4 SE (tightens
+    with n, house style 8)."""
+    rng = np.random.default_rng(5)
+    for G, p in [(4, 0.1), (8, 0.5), (2, 0.9)]:
+        summary = group_stats(simulate_groups(p, G, n, rng).ravel(), np.repeat(np.arange(n), G)).summary
+        for key, want in [("collapse/rate", collapse_probability(p, G)), ("collapse/all_success", p**G),
+                          ("collapse/all_fail", (1 - p) ** G)]:
+            assert abs(summary[key] - want) <= 4 * math.sqrt(want * (1 - want) / n) + 1e-12, (G, p, key)
+
+
+def test_group_stats_float32_noise_is_still_collapsed() -> None:
+    # four fp32 rewards that "should" all be 0.8 but were computed different ways: std ~2.6e-8, not 0
+    f = np.float32
+    r = np.array([f(0.1) + f(0.7), f(0.8), f(0.4) * 2, f(0.9) - f(0.1)], dtype=np.float32).astype(float)
+    assert 0 < np.std(r) < 1e-6
+    st = group_stats(r, [0, 0, 0, 0])
+    assert st.zero_std.tolist() == [True] and st.all_success.tolist() == [True]
+    assert group_stats(r, [0, 0, 0, 0], zero_std_tol=0.0).zero_std.tolist() == [False]  # what `std == 0` gets
 
 
 def test_group_stats_uses_a_tolerance_and_skips_unscorable() -> None:
@@ -106,3 +132,10 @@ def test_pool_curve_is_an_estimate_per_G() -> None:
     curve = pool_collapse_curve([(0, 8), (8, 8), (4, 8), (2, 8)], [1, 2, 8], n_boot=200)
     assert curve[1].value == 1.0 and curve[8].value == 0.5
     assert curve[2].lo <= curve[2].value <= curve[2].hi
+
+
+def test_fit_on_a_flat_likelihood_reports_not_converged() -> None:
+    # one sample per prompt: every mixture with the same mean fits equally well, so the lake is not identified
+    fit = fit_pool_mixture([(0, 1), (1, 1)] * 5)
+    assert fit.converged is False and math.isfinite(fit.loglik)
+    assert fit.loglik == pytest.approx(10 * math.log(0.5))  # the maximum itself is known: mean pass rate 1/2

@@ -18,10 +18,11 @@ from agentmill.methods.tree_rollouts.collapse import (
     pool_collapse_curve,
     predict_collapse,
     simulate_collapse,
+    simulate_groups,
 )
 
 __all__ = [
     "ZERO_STD_TOL", "GroupStats", "PoolFit", "collapse_probability", "collapse_unbiased", "expected_pool_collapse",
     "fit_pool_mixture", "group_stats", "min_group_size", "mixed_probability", "pool_collapse_curve",
-    "predict_collapse", "simulate_collapse",
+    "predict_collapse", "simulate_collapse", "simulate_groups",
 ]

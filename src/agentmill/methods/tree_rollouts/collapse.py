@@ -14,7 +14,6 @@ counts and ``predict_collapse`` turns the fit into a calibrated prediction for f
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,13 +100,27 @@ def expected_pool_collapse(z0: float, z1: float, a: float, b: float, G: int | np
     return float(out) if np.ndim(out) == 0 else out
 
 
+def simulate_groups(p: float | np.ndarray, G: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """0/1 rewards of ``n`` i.i.d. groups of G rollouts, float64 [n, G]; ``p`` is a scalar or one pass rate per
+    group. Feed them to :func:`group_stats` (with ``np.repeat(np.arange(n), G)`` as group ids) to test a
+    trainer's telemetry end to end; for collapse rates alone :func:`simulate_collapse` is O(1) per group.
+    """
+    _check_G(G)
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    pa = np.broadcast_to(_check_p(p), (n,))
+    return (rng.random((n, int(G))) < pa[:, None]).astype(float)
+
+
 def simulate_collapse(p: float | np.ndarray, G: int, n: int, rng: np.random.Generator) -> float:
     """Monte Carlo collapse rate of ``n`` groups of size G; ``p`` is a scalar or one pass rate per group.
 
     Drawing the success count k ~ Binomial(G, p) is exactly equivalent to drawing G Bernoullis and checking
-    whether they agree, at O(1) cost per group.
+    whether they agree, at O(1) cost per group (so G = 8192 over 20 000 prompts is cheap).
     """
     _check_G(G)
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
     pa = np.broadcast_to(_check_p(p), (n,))
     k = rng.binomial(G, pa)
     return float(np.mean((k == 0) | (k == G)))
@@ -137,29 +150,40 @@ class GroupStats:
 
 def group_stats(rewards: Sequence[float | None] | np.ndarray, group_ids: Sequence[object] | np.ndarray, *,
                 zero_std_tol: float = ZERO_STD_TOL, success_threshold: float = 0.5) -> GroupStats:
-    """Collapse flags per group. ``None``/NaN rewards are unscorable and excluded (never counted as failures).
+    """Collapse flags per group, groups in order of first appearance; vectorised (O(rows), not O(rows·groups)).
 
-    A group is collapsed when the (population) std of its scorable rewards is <= ``zero_std_tol``; it is
-    all-success / all-fail when it is collapsed and its mean is above / below ``success_threshold``. A group
-    with fewer than 2 scorable rewards is collapsed (it has no spread).
+    ``None`` rewards are unscorable (a verifier error) and excluded, never counted as failures; a NaN or inf
+    reward is a bug upstream and raises (spec §9). A group is collapsed when the population std of its scorable
+    rewards is <= ``zero_std_tol`` (spec §2.1: a tolerance, never ``std == 0``, because fp32 noise leaves a
+    constant group with a tiny nonzero std), or when it has fewer than 2 scorable rewards (no spread). A collapsed
+    group is all-success / all-fail when its mean is above / at-or-below ``success_threshold``.
     """
+    if not zero_std_tol >= 0:
+        raise ValueError(f"zero_std_tol must be >= 0, got {zero_std_tol!r}")
+    if np.ndim(rewards) != 1:
+        raise ValueError(f"rewards must be 1-D (one entry per rollout), got shape {np.shape(rewards)}")
+    scorable = np.array([x is not None for x in rewards], dtype=bool)
     r = np.array([np.nan if x is None else float(x) for x in rewards], dtype=float)
-    ids = np.asarray(group_ids, dtype=object)
-    if r.shape != ids.shape:
-        raise ValueError(f"rewards and group_ids must align, got {r.shape} and {ids.shape}")
-    keys = list(dict.fromkeys(ids.tolist()))
-    size, mean, std = [], [], []
-    for key in keys:
-        x = r[(ids == key) & ~np.isnan(r)]
-        size.append(x.size)
-        mean.append(float(x.mean()) if x.size else np.nan)
-        std.append(float(x.std()) if x.size else 0.0)
-    size_a, mean_a, std_a = np.array(size), np.array(mean), np.array(std)
-    zero = (std_a <= zero_std_tol) | (size_a < 2)
+    if not np.all(np.isfinite(r[scorable])):
+        raise ValueError("rewards contain NaN or inf; mark unscorable rollouts with None instead")
+    ids = list(group_ids)
+    if len(ids) != r.size:
+        raise ValueError(f"rewards and group_ids must align, got {r.size} and {len(ids)} entries")
+    index: dict[object, int] = {}
+    inv = np.fromiter((index.setdefault(g, len(index)) for g in ids), dtype=np.intp, count=len(ids))
+    m, gi, x = len(index), inv[scorable], r[scorable]
+    size = np.bincount(gi, minlength=m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(gi, weights=x, minlength=m) / size  # NaN for a group with nothing scorable
+        var = np.bincount(gi, weights=(x - mean[gi]) ** 2, minlength=m) / size  # two-pass: no cancellation
+    std = np.sqrt(np.where(size > 0, var, 0.0))
+    zero = (std <= zero_std_tol) | (size < 2)
     with np.errstate(invalid="ignore"):
-        succ = zero & (mean_a > success_threshold)
-        fail = zero & (mean_a <= success_threshold)
-    return GroupStats(np.array(keys, dtype=object), size_a, mean_a, std_a, succ, fail, zero)
+        succ = zero & (mean > success_threshold)
+        fail = zero & (mean <= success_threshold)
+    groups = np.empty(m, dtype=object)
+    groups[:] = list(index)
+    return GroupStats(groups, size, mean, std, succ, fail, zero)
 
 
 # ------------------------------------------------------------------------------------ empirical-Bayes pool fit
@@ -197,51 +221,60 @@ def _log_betabinom(k: np.ndarray, N: np.ndarray, a: float, b: float) -> np.ndarr
     return log_choose + betaln(k + a, N - k + b) - betaln(a, b)
 
 
+_LOG_AB_BOUND = math.log(1e4)
+"""Beta parameters are kept in [1e-4, 1e4]: beyond that the Beta part is a point mass the δ terms already model,
+and the likelihood is flat (ours, not the paper's)."""
+
+
 def _unpack(theta: np.ndarray) -> tuple[float, float, float, float]:
     """Unconstrained -> (z0, z1, a, b): softmax over (l0, l1, 0) for the weights, exp for Beta parameters."""
-    l0, l1, la, lb = theta
-    w = np.exp(np.array([l0, l1, 0.0]) - max(l0, l1, 0.0))
-    w /= w.sum()
-    return float(w[0]), float(w[1]), float(np.exp(la)), float(np.exp(lb))
-
-
-def _mixture_loglik(theta: np.ndarray, k: np.ndarray, N: np.ndarray) -> float:
-    z0, z1, a, b = _unpack(theta)
-    if not (1e-4 < a < 1e4 and 1e-4 < b < 1e4):
-        return -1e300
-    zb = 1.0 - z0 - z1
-    with np.errstate(divide="ignore"):
-        terms = np.stack([np.log(z0) + np.where(k == 0, 0.0, -np.inf),
-                          np.log(z1) + np.where(k == N, 0.0, -np.inf),
-                          np.log(zb) + _log_betabinom(k, N, a, b)])
-    m = terms.max(0)
-    return float(np.sum(m + np.log(np.exp(terms - m).sum(0))))
+    l0, l1, la, lb = (float(x) for x in theta)
+    m = max(l0, l1, 0.0)
+    e0, e1, e2 = math.exp(l0 - m), math.exp(l1 - m), math.exp(-m)
+    tot = e0 + e1 + e2
+    return e0 / tot, e1 / tot, math.exp(min(la, 700.0)), math.exp(min(lb, 700.0))
 
 
 def fit_pool_mixture(counts: Sequence[tuple[int, int]], *, restarts: int = 3, seed: int = 0) -> PoolFit:
     """Fit (z0, z1, a, b) by maximum likelihood to per-prompt (k successes, N samples) (spec §2.1 [R]).
 
-    Each Beta part contributes a beta-binomial likelihood; Nelder–Mead on unconstrained parameters, best of
-    ``restarts`` starts. ``converged`` is False (never an exception) when the optimiser fails or the restarts
-    disagree on the optimum, i.e. the likelihood is flat in some direction.
+    Prompt i contributes  z0·[k=0] + z1·[k=N] + (1-z0-z1)·BetaBinom(k | N, a, b).  Nelder–Mead on unconstrained
+    parameters (softmax weights, log a, log b), best of ``restarts`` starts (spec §2.1: 3). ``converged`` is False
+    (never an exception) when the optimiser fails or the restarts disagree on the lake mass, i.e. the likelihood
+    is flat in that direction.
     """
     from scipy.optimize import minimize
 
     k, N = _check_counts(counts)
     if k.size < 8:
-        raise ValueError(f"fit_pool_mixture needs at least 8 prompts, got {k.size}")
+        raise ValueError(f"fit_pool_mixture needs at least 8 prompts in counts, got {k.size}")
+    if restarts < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
+    # The likelihood depends on the data only through the distinct (k, N) pairs and their multiplicities, and
+    # the binomial coefficients are constants: both are computed once, not per likelihood evaluation.
+    kn, mult = np.unique(np.stack([k, N], 1), axis=0, return_counts=True)
+    ku, Nu = kn[:, 0], kn[:, 1]
+    log_choose = gammaln(Nu + 1) - gammaln(ku + 1) - gammaln(Nu - ku + 1)
+    at0, atN = (ku == 0).astype(float), (ku == Nu).astype(float)
+
+    def neg_loglik(theta: np.ndarray) -> float:
+        if abs(theta[2]) > _LOG_AB_BOUND or abs(theta[3]) > _LOG_AB_BOUND:
+            return 1e300
+        z0, z1, a, b = _unpack(theta)
+        log_bb = log_choose + betaln(ku + a, Nu - ku + b) - betaln(a, b)
+        with np.errstate(divide="ignore"):
+            ll = np.logaddexp(math.log(max(1.0 - z0 - z1, 1e-300)) + log_bb, np.log(z0 * at0 + z1 * atN))
+        return -float(mult @ ll)
+
     rng = np.random.default_rng(seed)
-    starts = [np.array([-1.0, -2.0, 0.0, 0.0])] + [rng.normal([-1, -2, 0, 0], 1.0) for _ in range(restarts - 1)]
-    results = []
-    for x0 in starts:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            res = minimize(lambda t: -_mixture_loglik(t, k, N), x0, method="Nelder-Mead",
-                           options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000, "maxfev": 8000})
-        results.append(res)
+    centre = np.array([-1.0, -2.0, 0.0, 0.0])  # z0 ≈ 0.24, z1 ≈ 0.09, Beta(1, 1): a neutral start (ours)
+    starts = [centre] + [rng.normal(centre, 1.0) for _ in range(restarts - 1)]
+    results = [minimize(neg_loglik, x0, method="Nelder-Mead",
+                        options={"xatol": 1e-5, "fatol": 1e-8, "maxiter": 4000, "maxfev": 8000})
+               for x0 in starts]
     best = min(results, key=lambda r: r.fun)
     z0, z1, a, b = _unpack(best.x)
-    lake = sorted(_unpack(r.x)[0] + _unpack(r.x)[1] for r in results if abs(r.fun - best.fun) < 1e-3)
+    lake = sorted(sum(_unpack(r.x)[:2]) for r in results if abs(r.fun - best.fun) < 1e-3)
     agree = len(lake) >= 2 and lake[-1] - lake[0] < 0.02
     return PoolFit(z0, z1, a, b, loglik=float(-best.fun), converged=bool(best.success and agree))
 
