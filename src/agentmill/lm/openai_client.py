@@ -7,6 +7,10 @@ experiment that only needs a black-box LM runs against them unchanged. The key c
 Conversations go to ``/v1/chat/completions``, raw strings to ``/v1/completions``. Transient failures
 (connection errors, timeouts, 429, 5xx) are retried a bounded number of times with exponential backoff; every
 final failure is an ``LMError`` that says what went wrong and what to do.
+
+Token logprobs of generated text are requested (``logprobs=True`` for chat, ``logprobs=1`` for completions); a
+server that refuses the field with 400/422 is asked again without it, and once that works the client stops
+asking (``Completion.logprobs`` is then empty).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class OpenAILM:
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
                                     timeout=timeout, max_retries=0)
         self.info = {"spec": self.spec, "timeout": timeout, "max_retries": max_retries}
+        self._ask_token_logprobs = True
 
     # -------------------------------------------------------------------------------------------- errors
     def _call(self, fn: Any, **kw: Any) -> Any:
@@ -71,6 +76,23 @@ class OpenAILM:
             except oa.APIStatusError as e:
                 raise LMError(self._explain(e, attempt + 1)) from e
         raise AssertionError("unreachable")
+
+    def _refused(self, e: LMError) -> bool:
+        """Whether ``e`` is the server refusing the request's fields (400/422), not a transport or auth failure."""
+        return isinstance(e.__cause__, (self._openai.BadRequestError, self._openai.UnprocessableEntityError))
+
+    def _create(self, fn: Any, token_logprobs: dict[str, Any], **kw: Any) -> Any:
+        """``fn(**kw)`` asking for generated-token logprobs unless this server has refused them before."""
+        if self._ask_token_logprobs:
+            try:
+                return self._call(fn, **kw, **token_logprobs)
+            except LMError as e:
+                if not self._refused(e):
+                    raise
+            resp = self._call(fn, **kw)  # a second refusal is about something else: let it raise
+            self._ask_token_logprobs = False
+            return resp
+        return self._call(fn, **kw)
 
     def _explain(self, e: Exception, attempts: int) -> str:
         oa = self._openai
@@ -108,7 +130,8 @@ class OpenAILM:
 
     def _chat(self, prompt: Sequence[Message], c: GenerateConfig) -> list[Completion]:
         msgs = [(m if isinstance(m, Message) else Message.from_dict(m)).to_dict() for m in prompt]
-        resp = self._call(self.client.chat.completions.create, messages=msgs, logprobs=True, **self._common(c))
+        resp = self._create(self.client.chat.completions.create, {"logprobs": True}, messages=msgs,
+                            **self._common(c))
         out = []
         for ch in sorted(resp.choices, key=lambda x: x.index):
             lps = tuple(t.logprob for t in (ch.logprobs.content or [])) if ch.logprobs else ()
@@ -116,7 +139,7 @@ class OpenAILM:
         return out
 
     def _complete(self, prompt: str, c: GenerateConfig) -> list[Completion]:
-        resp = self._call(self.client.completions.create, prompt=prompt, **self._common(c))
+        resp = self._create(self.client.completions.create, {"logprobs": 1}, prompt=prompt, **self._common(c))
         out = []
         for ch in sorted(resp.choices, key=lambda x: x.index):
             lps = tuple(ch.logprobs.token_logprobs or ()) if ch.logprobs else ()
@@ -132,17 +155,36 @@ class OpenAILM:
                           prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0))
 
     def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
-        """Prompt log-probabilities via ``/v1/completions`` with ``echo``; not every server supports it."""
+        """Log-probabilities of ``continuation``'s tokens via ``/v1/completions`` with ``echo=True, logprobs=1``.
+
+        Tokens are attributed by their start offset: those starting inside ``continuation`` count, so a token
+        straddling the prompt/continuation boundary is dropped (start ``continuation`` at a token boundary, e.g.
+        with its leading space). ``max_tokens=0`` is tried first; a server that refuses it gets ``max_tokens=1``
+        and the generated token is dropped by offset. Servers without prompt logprobs raise ``LMError``.
+        """
         if not isinstance(prompt, str):
             raise LMError(f"{self.spec}: logprobs of a chat prompt need the server's chat template; pass the "
                           "rendered text instead")
-        resp = self._call(self.client.completions.create, model=self.model, prompt=prompt + continuation,
-                          max_tokens=0, echo=True, logprobs=1)
-        lp = resp.choices[0].logprobs
+        full = prompt + continuation
+        lacks = (f"{self.spec}: the endpoint lacks prompt logprobs (/v1/completions with echo=True, logprobs=1); "
+                 "use a server that supports them (e.g. vLLM) or a white-box backend (hf:, tiny:)")
+        refusal: LMError | None = None
+        for max_tokens in (0, 1):
+            try:
+                resp = self._call(self.client.completions.create, model=self.model, prompt=full,
+                                  max_tokens=max_tokens, echo=True, logprobs=1)
+                break
+            except LMError as e:
+                if not self._refused(e):
+                    raise
+                refusal = e
+        else:
+            raise LMError(f"{lacks}: {refusal}") from refusal
+        lp = resp.choices[0].logprobs if resp.choices else None
         if lp is None or not lp.token_logprobs or lp.text_offset is None:
-            raise LMError(f"{self.spec}: the endpoint returned no prompt logprobs (echo + logprobs unsupported)")
-        start = len(prompt)
-        return np.array([x for x, off in zip(lp.token_logprobs, lp.text_offset) if off >= start and x is not None])
+            raise LMError(f"{lacks}: it answered without them")
+        return np.array([x for x, off in zip(lp.token_logprobs, lp.text_offset)
+                         if len(prompt) <= off < len(full) and x is not None], dtype=np.float64)
 
 
 def _short(e: Exception) -> str:
