@@ -9,7 +9,7 @@
 ``scripted:<name>``            deterministic fakes for tests
 =============================  ==========================================================
 
-Backends are imported lazily: loading ``scripted:`` never imports torch.
+Backends are imported lazily: the black-box ``scripted:`` presets never import torch (``scripted:whitebox`` does).
 """
 
 from __future__ import annotations
