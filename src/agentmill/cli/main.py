@@ -19,6 +19,12 @@ from agentmill.lm.base import LMError
 
 EXECUTORS = ("serial", "process", "ray")
 
+# Method-specific command groups (``agentmill serve``, ``agentmill dspark train`` ...) live in their own modules
+# under ``agentmill.cli``; each defines ``register(sub)`` that adds its parsers with ``set_defaults(fn=...)``.
+# Imports stay lazy inside each command's function so ``agentmill list`` never loads torch or fastapi.
+COMMAND_MODULES: tuple[str, ...] = (
+)
+
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out = {}
@@ -187,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--report-dir", default="report")
     common(sp, model=False)
     sp.set_defaults(fn=cmd_report)
+
+    from importlib import import_module
+
+    for name in COMMAND_MODULES:
+        import_module(name).register(sub)
     return p
 
 
