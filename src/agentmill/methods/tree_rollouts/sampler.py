@@ -1,0 +1,281 @@
+"""Growing one rollout tree under a token budget (E162 spec §2.6), and the rollout log.
+
+    1. start the tree (one prompt prefill); sample m0 independent root continuations; verify; insert
+    2. until the budget, the leaf cap or the expansion cap is reached:
+       a. candidates = root + branch points of every leaf; drop those whose expected cost
+          (mean leaf length - t) exceeds the remaining token budget
+       b. choose a wave of b candidates; after each pick apply the virtual update
+          (n += 1 along its path; F_a <- F_a (1 - mu_x); S_a <- S_a mu_x)
+       c. fork every pick, decode the wave as one batch, verify each leaf, update counts incrementally
+    3. stop when nothing is affordable; every expansion samples >= 1 token, so the loop cannot spin
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from agentmill.lm.fork import BranchRequest, ForkableLM, StopSpec, TokenCounters
+from agentmill.methods.tree_rollouts.config import TreeConfig, UUCBConfig
+from agentmill.methods.tree_rollouts.selectors import UUCB, CandidateView, Selector
+from agentmill.methods.tree_rollouts.tree import BranchPolicy, Node, Reward, RolloutTree
+
+Verifier = Callable[[np.ndarray, str], Reward]
+
+
+class RolloutLog:
+    """JSONL, one line per leaf, flushed per leaf and fsync'd per tree (nothing verified is lost)."""
+
+    def __init__(self, path: str | Path, run_id: str = "") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._fh.write(json.dumps({"run_id": self.run_id, **row}) + "\n")
+        self._fh.flush()
+
+    def sync(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self.sync()
+        self._fh.close()
+
+    def __enter__(self) -> "RolloutLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def safe_verify(verifier: Verifier, tokens: np.ndarray, text: str) -> Reward:
+    """A verifier that raises makes the leaf unscorable instead of crashing the tree."""
+    try:
+        r = verifier(tokens, text)
+    except Exception as e:  # noqa: BLE001 - any verifier failure is data, not a crash
+        return Reward(None, f"verifier_error: {type(e).__name__}")
+    return r if isinstance(r, Reward) else Reward(*r)
+
+
+def _uucb_cfg(selector: Selector) -> UUCBConfig:
+    return selector.cfg if isinstance(selector, UUCB) else UUCBConfig()
+
+
+def build_view(tree: RolloutTree, cands: list[Node], cfg: UUCBConfig, pending: list[Node],
+               oracle: Callable[[np.ndarray], float] | None = None) -> CandidateView:
+    """Arrays for scoring ``cands``, with the virtual updates of the already-picked ``pending`` candidates."""
+    C = len(cands)
+    index = {id(nd): i for i, nd in enumerate(cands)}
+    n_real = np.array([nd.n for nd in cands], dtype=np.float64)
+    k = np.array([nd.k for nd in cands], dtype=np.float64)
+    # Hierarchical posterior means, parents first (a candidate's parent candidate is shallower).
+    mu = np.zeros(C)
+    a0, b0 = cfg.prior
+    by_id: dict[int, float] = {}
+    for i in np.argsort([nd.depth for nd in cands], kind="stable"):
+        nd = cands[i]
+        parent = nd.cand_parent
+        if parent is None or nd.depth == 0:
+            m = (a0 + nd.k) / (a0 + b0 + nd.n)
+        else:
+            mp = by_id.get(id(parent))
+            if mp is None:   # parent not among the affordable candidates: compute it on the fly
+                mp = _posterior_mean(parent, cfg)
+            m = (cfg.m * mp + nd.k) / (cfg.m + nd.n)
+        mu[i] = by_id[id(nd)] = m
+    # Groups: the root, plus branching nodes when beta > 0.
+    groups = [tree.root] + ([nd for nd in tree.group_nodes()[1:]] if cfg.beta > 0 else [])
+    gidx = {id(g): j for j, g in enumerate(groups)}
+    w = np.array([1.0] + [cfg.beta] * (len(groups) - 1))
+    F = np.array([tree.flags(g)[0] for g in groups])
+    S = np.array([tree.flags(g)[1] for g in groups])
+    anc = []
+    for nd in cands:
+        if cfg.beta > 0:
+            chain, up = [], nd
+            while up is not None:
+                if id(up) in gidx:
+                    chain.append(gidx[id(up)])
+                up = up.parent
+            anc.append(chain)
+        else:
+            anc.append([0])
+    n = n_real.copy()
+    N = float(tree.root.n)
+    for nd in pending:   # virtual updates of this wave's earlier picks
+        N += 1
+        up = nd
+        while up is not None:
+            if id(up) in index:
+                n[index[id(up)]] += 1
+            up = up.cand_parent
+        m = by_id.get(id(nd), _posterior_mean(nd, cfg))
+        for j in (anc[index[id(nd)]] if id(nd) in index else [0]):
+            F[j] *= 1.0 - m
+            S[j] *= m
+    ent = np.array([0.0 if math.isnan(nd.next_entropy) else nd.next_entropy for nd in cands])
+    depth = np.array([nd.depth for nd in cands], dtype=np.int64)
+    op = np.array([oracle(tree.prefix(nd)) for nd in cands]) if oracle is not None else None
+    return CandidateView(n, n_real, k, mu, ent, depth, N, anc, w, F, S, op)
+
+
+def _posterior_mean(nd: Node, cfg: UUCBConfig) -> float:
+    chain = []
+    up = nd
+    while up is not None:
+        chain.append(up)
+        up = up.cand_parent if up.depth > 0 else None
+    a0, b0 = cfg.prior
+    m = None
+    for c in reversed(chain):
+        m = (a0 + c.k) / (a0 + b0 + c.n) if m is None or c.depth == 0 else (cfg.m * m + c.k) / (cfg.m + c.n)
+    return float(m)
+
+
+def _pick(scores: np.ndarray, rng: np.random.Generator) -> int:
+    """Argmax; exact ties (within 1e-12) are broken by the expansion's RNG stream, never by list order."""
+    top = np.flatnonzero(scores >= scores.max() - 1e-12)
+    return int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
+
+
+def build_tree(prompt: Any, lm: ForkableLM, verifier: Verifier, selector: Selector, cfg: TreeConfig, *,
+               tree_key: tuple[int, ...], prompt_key: str = "", branch_policy: BranchPolicy | None = None,
+               stop: StopSpec = StopSpec(), oracle: Callable[[np.ndarray], float] | None = None,
+               log: RolloutLog | None = None) -> RolloutTree:
+    """Grow one tree for ``prompt`` (see the module docstring). Returns the tree; ``tree.counters`` holds the
+    backend's token counters and ``tree.telemetry`` per-expansion selector terms."""
+    if cfg.budget_tokens is not None and cfg.budget_tokens < cfg.seed_rollouts:
+        raise ValueError(f"budget_tokens={cfg.budget_tokens} cannot pay for the {cfg.seed_rollouts} seed rollouts")
+    ucfg = _uucb_cfg(selector)
+    tree = RolloutTree(prompt_key, branch_policy=branch_policy, max_branch_points_per_leaf=cfg.max_branch_points_per_leaf,
+                       decode=getattr(lm, "decode", None), reward_threshold=cfg.reward_threshold)
+    handle = lm.start_tree(prompt, tree_key)
+    t0 = time.perf_counter()
+    gen_used, expansions, next_id = 0, 0, 0
+    cap = cfg.expansion_cap()
+    select_seconds = 0.0
+
+    def run_wave(picks: list[Node], terms: list[dict[str, float]]) -> None:
+        nonlocal gen_used, expansions, next_id
+        remaining = math.inf if cfg.budget_tokens is None else cfg.budget_tokens - gen_used
+        reqs = []
+        for nd in picks:
+            prefix = tree.prefix(nd)
+            max_new = int(min(cfg.max_new_tokens, max(1, remaining)))
+            reqs.append(BranchRequest(nd.fork_leaf if nd.depth else None, nd.depth, prefix, next_id, max_new, stop))
+            next_id += 1
+        conts = lm.expand(handle, reqs, cfg.temperature)
+        for nd, req, cont, term in zip(picks, reqs, conts, terms):
+            full = np.concatenate([req.prefix_ids.astype(np.int32), cont.token_ids])
+            text = lm.decode(full) if hasattr(lm, "decode") else ""
+            reward = safe_verify(verifier, full, text)
+            gen = len(cont.token_ids) + int(cont.finish == "eos")
+            gen_used += gen
+            expansions += 1
+            leaf = tree.add_leaf(full, new_from=req.pos, parent_leaf=req.parent_leaf, logprobs=cont.logprobs,
+                                 entropies=cont.entropies, branch_entropy=cont.branch_entropy, reward=reward,
+                                 finish=cont.finish, text=text, gen_tokens=gen, uucb_terms=term)
+            if log is not None:
+                log.write({"prompt_id": prompt_key, "tree_id": "-".join(map(str, tree_key)), "leaf_id": leaf.id,
+                           "parent_leaf": req.parent_leaf, "branch_pos": req.pos, "depth": req.pos,
+                           "selector": selector.name, "completion_ids": full.tolist(), "text": text[:2000],
+                           "logprobs": np.round(cont.logprobs, 4).tolist(),
+                           "entropies": np.round(cont.entropies, 4).tolist(), "reward": reward.value,
+                           "reward_reason": reward.reason, "gen_tokens": gen, "uucb_terms": term,
+                           "rng_key": [*tree_key, req.expansion_id], "t_wall": round(time.perf_counter() - t0, 4)})
+
+    # 1. seed rollouts from the root
+    m0 = cfg.seed_rollouts if cfg.max_leaves is None else min(cfg.seed_rollouts, cfg.max_leaves)
+    run_wave([tree.root] * m0, [{} for _ in range(m0)])
+    # 2. selection waves
+    while expansions < cap:
+        if cfg.max_leaves is not None and len(tree.leaves) >= cfg.max_leaves:
+            break
+        remaining = math.inf if cfg.budget_tokens is None else cfg.budget_tokens - gen_used
+        if remaining < 1:
+            break
+        mean_len = tree.mean_leaf_length()
+        pool = [tree.root] if selector.root_only else tree.candidates
+        picks: list[Node] = []
+        terms: list[dict[str, float]] = []
+        reserved = 0.0
+        room = cfg.wave if cfg.max_leaves is None else min(cfg.wave, cfg.max_leaves - len(tree.leaves))
+        ts = time.perf_counter()
+        while len(picks) < room:
+            cands = [nd for nd in pool if max(mean_len - nd.depth, 1.0) + reserved <= remaining]
+            if not cands:
+                break
+            view = build_view(tree, cands, ucfg, picks, oracle)
+            scores = selector.scores(view)
+            rng = np.random.default_rng([*tree_key, next_id + len(picks), 7])
+            i = _pick(scores, rng)
+            picks.append(cands[i])
+            reserved += max(mean_len - cands[i].depth, 1.0)
+            if isinstance(selector, UUCB):
+                t = selector.terms(view)
+                terms.append({k: round(float(v[i]), 6) for k, v in t.items()})
+            else:
+                terms.append({"score": round(float(scores[i]), 6)})
+        select_seconds += time.perf_counter() - ts
+        if not picks:
+            break
+        run_wave(picks, terms)
+    counters: TokenCounters = lm.end_tree(handle)
+    tree.counters = {**counters.to_dict(), "expansions": expansions, "select_seconds": select_seconds}
+    if log is not None:
+        log.sync()
+    return tree
+
+
+def sample_independent(prompt: Any, lm: ForkableLM, verifier: Verifier, n: int, *, tree_key: tuple[int, ...],
+                       max_new_tokens: int = 48, temperature: float = 1.0, batch: int = 8,
+                       stop: StopSpec = StopSpec()) -> list[tuple[np.ndarray, Reward]]:
+    """The standalone independent sampler (no tree bookkeeping): n root samples with expansion ids 0..n-1, in
+    batches. With the same keys it must give the same leaves as the ``independent`` selector (control NC4)."""
+    handle = lm.start_tree(prompt, tree_key)
+    out = []
+    for start in range(0, n, batch):
+        reqs = [BranchRequest(None, 0, np.zeros(0, np.int32), i, max_new_tokens, stop)
+                for i in range(start, min(n, start + batch))]
+        for cont in lm.expand(handle, reqs, temperature):
+            text = lm.decode(cont.token_ids) if hasattr(lm, "decode") else ""
+            out.append((cont.token_ids, safe_verify(verifier, cont.token_ids, text)))
+    lm.end_tree(handle)
+    return out
+
+
+def tree_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """Pooled signal metrics of a forest (spec §6.8). ``nz_leaves_per_1k``: leaves in mixed root groups per 1 000
+    generated tokens; ``nz_token_frac``: distinct tokens (trie nodes) whose subtree advantage is non-zero, per
+    generated token; ``mixed_ratio``: share of prompts whose root group is mixed."""
+    from agentmill.methods.tree_rollouts.advantages import node_advantages
+
+    gen = sum(t.counters["gen_tokens"] for t in trees)
+    nz_leaves = sum(len(t.scorable()) for t in trees if t.is_mixed())
+    nz_tokens = 0
+    for t in trees:
+        if t.is_mixed():
+            adv = node_advantages(t)
+            nz_tokens += int(sum(1 for nid, a in adv.items() if nid != t.root.id and abs(a) > 1e-9))
+    leaves = [lf for t in trees for lf in t.scorable()]
+    return {
+        "gen_tokens": float(gen),
+        "forward_tokens": float(sum(t.counters["forward_tokens"] for t in trees)),
+        "leaves": float(sum(len(t.leaves) for t in trees)),
+        "nz_leaves": float(nz_leaves),
+        "nz_tokens": float(nz_tokens),
+        "nz_leaves_per_1k": 1000.0 * nz_leaves / gen if gen else 0.0,
+        "nz_token_frac": nz_tokens / gen if gen else 0.0,
+        "mixed_ratio": float(np.mean([t.is_mixed() for t in trees])) if trees else 0.0,
+        "leaf_success_rate": float(np.mean([lf.success for lf in leaves])) if leaves else 0.0,
+        "depth_mean": float(np.mean([lf.new_from for lf in leaves])) if leaves else 0.0,
+    }
