@@ -15,6 +15,8 @@ from agentmill.experiments.protocol import PROFILES, Claim, Experiment, RunConte
 MODULES: tuple[str, ...] = (
     "agentmill.experiments.e162_collapse_law",
     "agentmill.experiments.e162_collapse_llm",
+    "agentmill.experiments.e163_maze_separation",
+    "agentmill.experiments.e163_maze_distill",
 )
 
 _registry: dict[str, Experiment] | None = None

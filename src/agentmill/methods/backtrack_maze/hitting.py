@@ -17,7 +17,7 @@ Gradient [R, standard policy-gradient identity for absorbing chains with unit st
 
 ν = expected visits from the hub, V = expected steps to absorption, Q(σ,a) = 1 + V(next(σ,a)), V(target) = 0.
 The "outcome" objective (NC7) uses the absorption probability h instead: Q(σ,a) = h(next), h(target) = 1, no
-step cost.
+step cost. When absorption is almost sure (checked on the support graph) h = 1 exactly, so that gradient is 0.
 """
 
 from __future__ import annotations
@@ -163,8 +163,12 @@ def _per_goal(policy: TabularPolicy, objective: str, with_grad: bool):
             if objective == "steps":
                 x, nu, reason = _solve(M, st, np.ones(st.n))
                 x_ext, cost = np.append(x, 0.0), 1.0
-            else:  # absorption probability h: (I-Q) h = one-step probability of entering the target
-                x, nu, reason = _solve(M, st, M[:, st.n])
+            else:
+                # Absorption probability h. The support check above proved absorption almost sure, so h = 1 on
+                # every state the walk can visit, exactly; a float solve of (I-Q) h = r would only add ~1e-15
+                # roundoff, which Adam's scale invariance turns into steps of ~lr·1e-7 (NC7 would then drift).
+                _, nu, reason = _solve(M, st, np.ones(st.n))
+                x = np.ones(st.n)
                 x_ext, cost = np.append(x, 1.0), 0.0
             val = float(x[st.hub]) if reason is None else math.inf
             if reason is not None or not with_grad:
