@@ -38,6 +38,23 @@ def test_judge_directions() -> None:
         _claim("in", 1.0, upper=None)
 
 
+def test_two_part_rule_point_threshold_and_ci_bound() -> None:
+    """The spec's "≥ 1.5 and CI > 1": point must meet 1.5, the CI's lower end must clear 1."""
+    c = Claim(id="C", statement="s", source="src", paper_value="p", metric="m", direction=">=", threshold=1.5,
+              ci_bound=1.0)
+    assert c.threshold_text == "≥ 1.5, CI > 1"
+    assert c.judge(Estimate(1.6, 1.1, 2.0)) == "supported"
+    assert c.judge(Estimate(1.6, 0.9, 2.0)) == "inconclusive"
+    assert c.judge(Estimate(1.2, 1.05, 1.6)) == "inconclusive"
+    assert c.judge(Estimate(1.2, 1.05, 1.4)) == "not_supported"
+    low = Claim(id="D", statement="s", source="src", paper_value="p", metric="m", direction="<=", threshold=0.8,
+                ci_bound=1.0)
+    assert low.judge(Estimate(0.7, 0.6, 0.95)) == "supported" and low.judge(Estimate(0.7, 0.6, 1.05)) == "inconclusive"
+    with pytest.raises(ValueError, match="ci_bound"):
+        Claim(id="E", statement="s", source="src", paper_value="p", metric="m", direction="in", threshold=0,
+              upper=1, ci_bound=0.5)
+
+
 @dataclass(frozen=True)
 class S:
     n: int = 3

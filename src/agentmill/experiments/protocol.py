@@ -29,7 +29,9 @@ class Claim:
 
     ``direction``: ``">="`` / ``"<="`` compare the metric with ``threshold``; ``"in"`` requires
     ``threshold <= metric <= upper``. ``judge_on="ci"`` (default) needs the whole CI on the right side;
-    ``"point"`` compares the point value only (for exact quantities and counts).
+    ``"point"`` compares the point value only (for exact quantities and counts). ``ci_bound`` encodes the
+    spec's two-part rules such as "≥ 1.5 and CI > 1": the point must meet ``threshold`` and the CI's near end
+    must lie strictly beyond ``ci_bound`` (lower end for ``>=``, upper end for ``<=``).
     """
 
     id: str
@@ -41,8 +43,11 @@ class Claim:
     threshold: float
     upper: float | None = None
     judge_on: Literal["ci", "point"] = "ci"
+    ci_bound: float | None = None
 
     def __post_init__(self) -> None:
+        if self.ci_bound is not None and self.direction == "in":
+            raise ValueError(f"claim {self.id}: ci_bound applies to '>=' / '<=' claims only")
         if self.direction not in (">=", "<=", "in"):
             raise ValueError(f"claim {self.id}: direction must be '>=', '<=' or 'in', got {self.direction!r}")
         if self.direction == "in" and (self.upper is None or self.upper < self.threshold):
@@ -52,7 +57,10 @@ class Claim:
     def threshold_text(self) -> str:
         if self.direction == "in":
             return f"∈ [{self.threshold:g}, {self.upper:g}]"
-        return f"{'≥' if self.direction == '>=' else '≤'} {self.threshold:g}"
+        text = f"{'≥' if self.direction == '>=' else '≤'} {self.threshold:g}"
+        if self.ci_bound is not None:
+            text += f", CI {'>' if self.direction == '>=' else '<'} {self.ci_bound:g}"
+        return text
 
     def _ok(self, x: float) -> bool:
         if self.direction == ">=":
@@ -75,6 +83,12 @@ class Claim:
             if est.hi < self.threshold or est.lo > self.upper:
                 return "not_supported"
             return "inconclusive"
+        if self.ci_bound is not None:
+            near = est.lo > self.ci_bound if self.direction == ">=" else est.hi < self.ci_bound
+            if self._ok(est.value):
+                return "supported" if near else "inconclusive"
+            far_bad = not self._ok(est.hi if self.direction == ">=" else est.lo)
+            return "not_supported" if far_bad else "inconclusive"
         lo_ok, hi_ok = self._ok(est.lo), self._ok(est.hi)
         if lo_ok and hi_ok:
             return "supported"

@@ -179,6 +179,7 @@ class WhiteBoxForker:
         self.supports_prefix_sharing = mode == "fork"
         self._store: OrderedDict[tuple[tuple[int, ...], int], Any] = OrderedDict()
         self._store_bytes: dict[tuple[tuple[int, ...], int], int] = {}
+        self._keep_ok: bool | None = None
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.lm.decode(list(ids))
@@ -193,7 +194,7 @@ class WhiteBoxForker:
         if len(ids) >= self.lm.max_positions:
             raise LMError(f"start_tree: prompt has {len(ids)} tokens, the model context is {self.lm.max_positions}")
         t0 = time.perf_counter()
-        out = self.lm.forward(torch.tensor([ids]), logits_to_keep=1)
+        out = self._prefill(torch.tensor([ids]))
         tree = _Tree(tuple(int(k) for k in tree_key), [int(i) for i in ids], out.cache, out.logits[0, -1].numpy())
         tree.counters.prefill_tokens += len(ids)
         tree.counters.forward_calls += 1
@@ -305,13 +306,22 @@ class WhiteBoxForker:
         else:
             # Recompute: re-encode prompt + prefix[:pos-1] (counted), then refeed as usual.
             head = tree.prompt_ids + [int(t) for t in req.prefix_ids[: req.pos - 1]]
-            cache = self.lm.forward(torch.tensor([head]), logits_to_keep=1).cache
+            cache = self._prefill(torch.tensor([head])).cache
             tree.counters.recompute_tokens += len(head)
             tree.counters.forward_calls += 1
         fo = self.lm.forward(torch.tensor([[int(req.prefix_ids[req.pos - 1])]]), cache)
         tree.counters.refeed_tokens += 1
         tree.counters.forward_calls += 1
         return fo.cache, fo.logits[0, -1].numpy(), P + req.pos
+
+    def _prefill(self, ids: Any) -> Any:
+        """Forward over a prompt; only the last position's logits are needed (the LM head over every position is
+        a sizeable share of a prefill), when the backend supports ``logits_to_keep``."""
+        if self._keep_ok is None:
+            import inspect
+
+            self._keep_ok = "logits_to_keep" in inspect.signature(self.lm.forward).parameters
+        return self.lm.forward(ids, logits_to_keep=1) if self._keep_ok else self.lm.forward(ids)
 
     # --------------------------------------------------------------------------------------- cache plumbing
     def _merge(self, caches: list[Any], lengths: list[int], width: int) -> Any:

@@ -147,93 +147,147 @@ def _pick(scores: np.ndarray, rng: np.random.Generator) -> int:
     return int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
 
 
+class TreeGrower:
+    """One prompt's tree, grown a wave at a time (so an allocator can interleave prompts); :func:`build_tree`
+    is the single-prompt loop over it."""
+
+    def __init__(self, prompt: Any, lm: ForkableLM, verifier: Verifier, selector: Selector, cfg: TreeConfig, *,
+                 tree_key: tuple[int, ...], prompt_key: str = "", branch_policy: BranchPolicy | None = None,
+                 stop: StopSpec = StopSpec(), oracle: Callable[[np.ndarray], float] | None = None,
+                 log: RolloutLog | None = None) -> None:
+        if cfg.budget_tokens is not None and cfg.budget_tokens < cfg.seed_rollouts:
+            raise ValueError(f"budget_tokens={cfg.budget_tokens} cannot pay for the {cfg.seed_rollouts} seed "
+                             "rollouts")
+        self.lm, self.verifier, self.selector, self.cfg = lm, verifier, selector, cfg
+        self.tree_key, self.stop, self.oracle, self.log = tuple(tree_key), stop, oracle, log
+        self.ucfg = _uucb_cfg(selector)
+        self.tree = RolloutTree(prompt_key, branch_policy=branch_policy,
+                                max_branch_points_per_leaf=cfg.max_branch_points_per_leaf,
+                                decode=getattr(lm, "decode", None), reward_threshold=cfg.reward_threshold)
+        self.handle = lm.start_tree(prompt, self.tree_key)
+        self.t0 = time.perf_counter()
+        self.gen_used = self.expansions = self.next_id = 0
+        self.select_seconds = 0.0
+        self.cap = cfg.expansion_cap()
+        self.done = False
+
+    # ------------------------------------------------------------------------------------------- budget
+    def remaining(self, budget: float | None = None) -> float:
+        """Tokens this tree may still spend: its own budget, or ``budget`` when an allocator passes one."""
+        if budget is not None:
+            return budget
+        return math.inf if self.cfg.budget_tokens is None else self.cfg.budget_tokens - self.gen_used
+
+    def can_grow(self) -> bool:
+        if self.done or self.expansions >= self.cap:
+            return False
+        return self.cfg.max_leaves is None or len(self.tree.leaves) < self.cfg.max_leaves
+
+    def expected_cost(self, nd: Node) -> float:
+        return max(self.tree.mean_leaf_length() - nd.depth, 1.0)
+
+    # -------------------------------------------------------------------------------------------- steps
+    def seed(self) -> int:
+        """Step 1: m0 independent root samples. Returns generated tokens."""
+        m0 = self.cfg.seed_rollouts if self.cfg.max_leaves is None else min(self.cfg.seed_rollouts, self.cfg.max_leaves)
+        return self._run_wave([self.tree.root] * m0, [{} for _ in range(m0)], self.remaining())
+
+    def step(self, budget: float | None = None) -> int:
+        """Step 2: choose and decode one wave. Returns generated tokens (0 = nothing affordable: stop)."""
+        remaining = self.remaining(budget)
+        if not self.can_grow() or remaining < 1:
+            return 0
+        pool = [self.tree.root] if self.selector.root_only else self.tree.candidates
+        room = self.cfg.wave if self.cfg.max_leaves is None else min(self.cfg.wave, self.cfg.max_leaves - len(self.tree.leaves))
+        picks: list[Node] = []
+        terms: list[dict[str, float]] = []
+        reserved = 0.0
+        ts = time.perf_counter()
+        while len(picks) < room:
+            cands = [nd for nd in pool if self.expected_cost(nd) + reserved <= remaining]
+            if not cands:
+                break
+            view = build_view(self.tree, cands, self.ucfg, picks, self.oracle)
+            scores = self.selector.scores(view)
+            i = _pick(scores, np.random.default_rng([*self.tree_key, self.next_id + len(picks), 7]))
+            picks.append(cands[i])
+            reserved += self.expected_cost(cands[i])
+            if isinstance(self.selector, UUCB):
+                terms.append({k: round(float(v[i]), 6) for k, v in self.selector.terms(view).items()})
+            else:
+                terms.append({"score": round(float(scores[i]), 6)})
+        self.select_seconds += time.perf_counter() - ts
+        if not picks:
+            self.done = True
+            return 0
+        return self._run_wave(picks, terms, remaining)
+
+    def value_priority(self, budget: float | None = None) -> float:
+        """ABA-lite priority: the largest value-only marginal gain (posterior mean, c = 0, lam = 0) per expected
+        token over affordable candidates; 0 when nothing is affordable or every group is already mixed."""
+        remaining = self.remaining(budget)
+        if not self.can_grow() or remaining < 1:
+            return 0.0
+        pool = [self.tree.root] if self.selector.root_only else self.tree.candidates
+        cands = [nd for nd in pool if self.expected_cost(nd) <= remaining]
+        if not cands:
+            return 0.0
+        view = build_view(self.tree, cands, self.ucfg, [], None)
+        gain = view.group_w[0] * (view.group_F[0] * view.mu + view.group_S[0] * (1 - view.mu))
+        return float(np.max(gain / np.array([self.expected_cost(nd) for nd in cands])))
+
+    def finish(self) -> RolloutTree:
+        counters: TokenCounters = self.lm.end_tree(self.handle)
+        self.tree.counters = {**counters.to_dict(), "expansions": self.expansions,
+                              "select_seconds": self.select_seconds}
+        if self.log is not None:
+            self.log.sync()
+        return self.tree
+
+    def _run_wave(self, picks: list[Node], terms: list[dict[str, float]], remaining: float) -> int:
+        reqs = []
+        for nd in picks:
+            max_new = int(min(self.cfg.max_new_tokens, max(1, remaining)))
+            reqs.append(BranchRequest(nd.fork_leaf if nd.depth else None, nd.depth, self.tree.prefix(nd),
+                                      self.next_id, max_new, self.stop))
+            self.next_id += 1
+        conts = self.lm.expand(self.handle, reqs, self.cfg.temperature)
+        used = 0
+        for req, cont, term in zip(reqs, conts, terms):
+            full = np.concatenate([req.prefix_ids.astype(np.int32), cont.token_ids])
+            text = self.lm.decode(full) if hasattr(self.lm, "decode") else ""
+            reward = safe_verify(self.verifier, full, text)
+            gen = len(cont.token_ids) + int(cont.finish == "eos")
+            used += gen
+            self.expansions += 1
+            leaf = self.tree.add_leaf(full, new_from=req.pos, parent_leaf=req.parent_leaf, logprobs=cont.logprobs,
+                                      entropies=cont.entropies, branch_entropy=cont.branch_entropy, reward=reward,
+                                      finish=cont.finish, text=text, gen_tokens=gen, uucb_terms=term)
+            if self.log is not None:
+                self.log.write({"prompt_id": self.tree.prompt_key, "tree_id": "-".join(map(str, self.tree_key)),
+                                "leaf_id": leaf.id, "parent_leaf": req.parent_leaf, "branch_pos": req.pos,
+                                "depth": req.pos, "selector": self.selector.name, "completion_ids": full.tolist(),
+                                "text": text[:2000], "logprobs": np.round(cont.logprobs, 4).tolist(),
+                                "entropies": np.round(cont.entropies, 4).tolist(), "reward": reward.value,
+                                "reward_reason": reward.reason, "gen_tokens": gen, "uucb_terms": term,
+                                "rng_key": [*self.tree_key, req.expansion_id],
+                                "t_wall": round(time.perf_counter() - self.t0, 4)})
+        self.gen_used += used
+        return max(used, 1)
+
+
 def build_tree(prompt: Any, lm: ForkableLM, verifier: Verifier, selector: Selector, cfg: TreeConfig, *,
                tree_key: tuple[int, ...], prompt_key: str = "", branch_policy: BranchPolicy | None = None,
                stop: StopSpec = StopSpec(), oracle: Callable[[np.ndarray], float] | None = None,
                log: RolloutLog | None = None) -> RolloutTree:
-    """Grow one tree for ``prompt`` (see the module docstring). Returns the tree; ``tree.counters`` holds the
-    backend's token counters and ``tree.telemetry`` per-expansion selector terms."""
-    if cfg.budget_tokens is not None and cfg.budget_tokens < cfg.seed_rollouts:
-        raise ValueError(f"budget_tokens={cfg.budget_tokens} cannot pay for the {cfg.seed_rollouts} seed rollouts")
-    ucfg = _uucb_cfg(selector)
-    tree = RolloutTree(prompt_key, branch_policy=branch_policy, max_branch_points_per_leaf=cfg.max_branch_points_per_leaf,
-                       decode=getattr(lm, "decode", None), reward_threshold=cfg.reward_threshold)
-    handle = lm.start_tree(prompt, tree_key)
-    t0 = time.perf_counter()
-    gen_used, expansions, next_id = 0, 0, 0
-    cap = cfg.expansion_cap()
-    select_seconds = 0.0
-
-    def run_wave(picks: list[Node], terms: list[dict[str, float]]) -> None:
-        nonlocal gen_used, expansions, next_id
-        remaining = math.inf if cfg.budget_tokens is None else cfg.budget_tokens - gen_used
-        reqs = []
-        for nd in picks:
-            prefix = tree.prefix(nd)
-            max_new = int(min(cfg.max_new_tokens, max(1, remaining)))
-            reqs.append(BranchRequest(nd.fork_leaf if nd.depth else None, nd.depth, prefix, next_id, max_new, stop))
-            next_id += 1
-        conts = lm.expand(handle, reqs, cfg.temperature)
-        for nd, req, cont, term in zip(picks, reqs, conts, terms):
-            full = np.concatenate([req.prefix_ids.astype(np.int32), cont.token_ids])
-            text = lm.decode(full) if hasattr(lm, "decode") else ""
-            reward = safe_verify(verifier, full, text)
-            gen = len(cont.token_ids) + int(cont.finish == "eos")
-            gen_used += gen
-            expansions += 1
-            leaf = tree.add_leaf(full, new_from=req.pos, parent_leaf=req.parent_leaf, logprobs=cont.logprobs,
-                                 entropies=cont.entropies, branch_entropy=cont.branch_entropy, reward=reward,
-                                 finish=cont.finish, text=text, gen_tokens=gen, uucb_terms=term)
-            if log is not None:
-                log.write({"prompt_id": prompt_key, "tree_id": "-".join(map(str, tree_key)), "leaf_id": leaf.id,
-                           "parent_leaf": req.parent_leaf, "branch_pos": req.pos, "depth": req.pos,
-                           "selector": selector.name, "completion_ids": full.tolist(), "text": text[:2000],
-                           "logprobs": np.round(cont.logprobs, 4).tolist(),
-                           "entropies": np.round(cont.entropies, 4).tolist(), "reward": reward.value,
-                           "reward_reason": reward.reason, "gen_tokens": gen, "uucb_terms": term,
-                           "rng_key": [*tree_key, req.expansion_id], "t_wall": round(time.perf_counter() - t0, 4)})
-
-    # 1. seed rollouts from the root
-    m0 = cfg.seed_rollouts if cfg.max_leaves is None else min(cfg.seed_rollouts, cfg.max_leaves)
-    run_wave([tree.root] * m0, [{} for _ in range(m0)])
-    # 2. selection waves
-    while expansions < cap:
-        if cfg.max_leaves is not None and len(tree.leaves) >= cfg.max_leaves:
-            break
-        remaining = math.inf if cfg.budget_tokens is None else cfg.budget_tokens - gen_used
-        if remaining < 1:
-            break
-        mean_len = tree.mean_leaf_length()
-        pool = [tree.root] if selector.root_only else tree.candidates
-        picks: list[Node] = []
-        terms: list[dict[str, float]] = []
-        reserved = 0.0
-        room = cfg.wave if cfg.max_leaves is None else min(cfg.wave, cfg.max_leaves - len(tree.leaves))
-        ts = time.perf_counter()
-        while len(picks) < room:
-            cands = [nd for nd in pool if max(mean_len - nd.depth, 1.0) + reserved <= remaining]
-            if not cands:
-                break
-            view = build_view(tree, cands, ucfg, picks, oracle)
-            scores = selector.scores(view)
-            rng = np.random.default_rng([*tree_key, next_id + len(picks), 7])
-            i = _pick(scores, rng)
-            picks.append(cands[i])
-            reserved += max(mean_len - cands[i].depth, 1.0)
-            if isinstance(selector, UUCB):
-                t = selector.terms(view)
-                terms.append({k: round(float(v[i]), 6) for k, v in t.items()})
-            else:
-                terms.append({"score": round(float(scores[i]), 6)})
-        select_seconds += time.perf_counter() - ts
-        if not picks:
-            break
-        run_wave(picks, terms)
-    counters: TokenCounters = lm.end_tree(handle)
-    tree.counters = {**counters.to_dict(), "expansions": expansions, "select_seconds": select_seconds}
-    if log is not None:
-        log.sync()
-    return tree
+    """Grow one tree for ``prompt`` under ``cfg``'s budget (see the module docstring). ``tree.counters`` holds
+    the backend's token counters plus the expansion count and selector time."""
+    g = TreeGrower(prompt, lm, verifier, selector, cfg, tree_key=tree_key, prompt_key=prompt_key,
+                   branch_policy=branch_policy, stop=stop, oracle=oracle, log=log)
+    g.seed()
+    while g.step():
+        pass
+    return g.finish()
 
 
 def sample_independent(prompt: Any, lm: ForkableLM, verifier: Verifier, n: int, *, tree_key: tuple[int, ...],
