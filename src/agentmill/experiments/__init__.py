@@ -15,6 +15,9 @@ from agentmill.experiments.protocol import PROFILES, Claim, Experiment, RunConte
 MODULES: tuple[str, ...] = (
     "agentmill.experiments.e162_collapse_law",
     "agentmill.experiments.e162_collapse_llm",
+    "agentmill.experiments.e162_tree_synth",
+    "agentmill.experiments.e162_greedy_submodular",
+    "agentmill.experiments.e162_allocation_synth",
     "agentmill.experiments.e163_maze_separation",
     "agentmill.experiments.e163_maze_distill",
 )
