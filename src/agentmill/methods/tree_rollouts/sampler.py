@@ -184,6 +184,9 @@ class TreeGrower:
         return self.cfg.max_leaves is None or len(self.tree.leaves) < self.cfg.max_leaves
 
     def expected_cost(self, nd: Node) -> float:
+        """Mean leaf length minus the prefix (at least one token); a prefix at the length cap is unaffordable."""
+        if nd.depth >= self.cfg.max_new_tokens:
+            return math.inf
         return max(self.tree.mean_leaf_length() - nd.depth, 1.0)
 
     # -------------------------------------------------------------------------------------------- steps
@@ -247,7 +250,8 @@ class TreeGrower:
     def _run_wave(self, picks: list[Node], terms: list[dict[str, float]], remaining: float) -> int:
         reqs = []
         for nd in picks:
-            max_new = int(min(self.cfg.max_new_tokens, max(1, remaining)))
+            # max_new_tokens caps the whole completion, shared prefix included, as for an independent sample.
+            max_new = int(min(self.cfg.max_new_tokens - nd.depth, max(1, remaining)))
             reqs.append(BranchRequest(nd.fork_leaf if nd.depth else None, nd.depth, self.tree.prefix(nd),
                                       self.next_id, max_new, self.stop))
             self.next_id += 1
