@@ -210,7 +210,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     r5a = max(r["sft_grad_bwd_max"] for r in rows)
 
     # R5b: ln T_SFT linear in K (slope vs ln(L+1)) per (W, L); T_SFT linear in W per (K, L).
-    slope_err, r2_K, r2_W, growth, rl_slopes = [], [], [], [], []
+    slope_err, r2_K, r2_W, growth, rl_slopes, last_pair = [], [], [], [], [], []
     fits: dict[str, Any] = {}
     for W in s.W:
         for L in s.L:
@@ -224,6 +224,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             slope_err.append(abs(sl / math.log(L + 1) - 1))
             r2_K.append(r2)
             growth.append(math.exp(sl_ratio) / (L + 1))
+            if Ks.size >= 2:  # growth between the two deepest K: the fit's slope approaches ln(L+1) only as K grows
+                last_pair.append(float((T_sft[-1] / T_rl[-1] / (T_sft[-2] / T_rl[-2])) ** (1 / (Ks[-1] - Ks[-2]))
+                                       / (L + 1)))
             rl_slopes.append(sl_rl)
             fits[f"W{W}_L{L}"] = {"slope_lnT_sft": sl, "r2": r2, "ln_L1": math.log(L + 1),
                                   "ratio_growth": math.exp(sl_ratio), "rl_loglog_slope": sl_rl}
@@ -295,6 +298,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         "r5c_slope": _range(rl_slopes, "range over (W, L)"),
         "r5d_ratio": _worst(per_cfg, "max"),
         "r5e_growth_over_base": Estimate.exact(min(growth) if growth else math.nan, n=len(growth)),
+        "r5e_growth_deepest_pair_over_base": Estimate.exact(min(last_pair) if last_pair else math.nan,
+                                                            n=len(last_pair)),
         "r5h_max_z": Estimate.exact(max(zs), n=len(zs)),
         "mc_vs_exact_max_z": Estimate.exact(max(r["z"] for r in mc_rows), n=len(mc_rows)),
         "nc7_grad_max": Estimate.exact(nc_log.grad_max, n=nc_log.steps),
