@@ -109,6 +109,7 @@ class Continuation:
     branch_entropy: float
     finish: Finish
     text: str = ""
+    eos_logprob: float | None = None   # logprob of the EOS token when finish == "eos" (not in token_ids)
 
 
 class ForkableLM(Protocol):
@@ -231,6 +232,7 @@ class WhiteBoxForker:
         ents: list[list[float]] = [[] for _ in requests]
         finish: list[Finish | None] = [None] * len(requests)
         branch_ent = [0.0] * len(requests)
+        eos_lp: list[float | None] = [None] * len(requests)
         eos = set(getattr(self.lm, "eos_token_ids", ()) or ())
         active = list(range(len(requests)))
         row_cache: dict[int, Any] = {}
@@ -243,7 +245,7 @@ class WhiteBoxForker:
                 if not toks[r] and not finish[r]:
                     branch_ent[r] = h
                 if tok in eos:
-                    finish[r] = "eos"
+                    finish[r], eos_lp[r] = "eos", lp
                 else:
                     toks[r].append(tok), lps[r].append(lp), ents[r].append(h)
                     if requests[r].stop.hit(self.lm.decode(toks[r])):
@@ -275,7 +277,7 @@ class WhiteBoxForker:
             ids = np.asarray(toks[r], dtype=np.int32)
             full = np.concatenate([np.asarray(req.prefix_ids, dtype=np.int32), ids])
             out.append(Continuation(ids, np.asarray(lps[r], np.float32), np.asarray(ents[r], np.float32),
-                                    float(branch_ent[r]), finish[r] or "length", self.lm.decode(ids)))
+                                    float(branch_ent[r]), finish[r] or "length", self.lm.decode(ids), eos_lp[r]))
             leaf_cache = row_cache.get(r)
             if leaf_cache is not None:
                 # The stored cache covers prompt + full[:-1] (EOS rows: all of full); keep the first P+len-1.

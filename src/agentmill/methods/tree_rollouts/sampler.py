@@ -266,7 +266,8 @@ class TreeGrower:
             self.expansions += 1
             leaf = self.tree.add_leaf(full, new_from=req.pos, parent_leaf=req.parent_leaf, logprobs=cont.logprobs,
                                       entropies=cont.entropies, branch_entropy=cont.branch_entropy, reward=reward,
-                                      finish=cont.finish, text=text, gen_tokens=gen, uucb_terms=term)
+                                      finish=cont.finish, text=text, gen_tokens=gen, uucb_terms=term,
+                                      eos_logprob=cont.eos_logprob)
             if self.log is not None:
                 self.log.write({"prompt_id": self.tree.prompt_key, "tree_id": "-".join(map(str, self.tree_key)),
                                 "leaf_id": leaf.id, "parent_leaf": req.parent_leaf, "branch_pos": req.pos,

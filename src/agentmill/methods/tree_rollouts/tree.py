@@ -39,6 +39,7 @@ class Leaf:
     text: str = ""
     gen_tokens: int = 0
     uucb_terms: dict[str, float] = field(default_factory=dict)
+    eos_logprob: float | None = None   # the sampled EOS's logprob when finish == "eos" (EOS is not in tokens)
 
 
 class Node:
@@ -147,12 +148,14 @@ class RolloutTree:
 
     def add_leaf(self, tokens: np.ndarray, *, new_from: int, parent_leaf: int | None, logprobs: np.ndarray,
                  entropies: np.ndarray, branch_entropy: float, reward: Reward, finish: str, text: str = "",
-                 gen_tokens: int | None = None, uucb_terms: dict[str, float] | None = None) -> Leaf:
+                 gen_tokens: int | None = None, uucb_terms: dict[str, float] | None = None,
+                 eos_logprob: float | None = None) -> Leaf:
         tokens = np.asarray(tokens, dtype=np.int32)
         success = self.success_of(reward)
         leaf = Leaf(len(self.leaves), tokens, new_from, parent_leaf, np.asarray(logprobs, np.float32),
                     np.asarray(entropies, np.float32), reward, success, finish, text,
-                    int(len(tokens) - new_from if gen_tokens is None else gen_tokens), dict(uucb_terms or {}))
+                    int(len(tokens) - new_from if gen_tokens is None else gen_tokens), dict(uucb_terms or {}),
+                    eos_logprob)
         self.leaves.append(leaf)
         # Walk/insert the path; count the leaf on every node of its path (root included).
         path = [self.root]
