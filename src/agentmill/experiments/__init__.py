@@ -21,6 +21,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e162_tree_llm",
     "agentmill.experiments.e163_maze_separation",
     "agentmill.experiments.e163_maze_distill",
+    "agentmill.experiments.e163_maze_llm",
 )
 
 _registry: dict[str, Experiment] | None = None
