@@ -23,6 +23,7 @@ EXECUTORS = ("serial", "process", "ray")
 # under ``agentmill.cli``; each defines ``register(sub)`` that adds its parsers with ``set_defaults(fn=...)``.
 # Imports stay lazy inside each command's function so ``agentmill list`` never loads torch or fastapi.
 COMMAND_MODULES: tuple[str, ...] = (
+    "agentmill.cli.tree",
     "agentmill.cli.maze",
 )
 
