@@ -222,7 +222,8 @@ def _load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int
     if dtype == "bfloat16":
         warnings.warn("hf: bfloat16 on this CPU decodes ~2.4x faster but prefills 2-4x slower than float32 "
                       "(ARCHITECTURE.md §3)", stacklevel=3)
-    torch.set_num_threads(threads or 2)
+    # AGENTMILL_TORCH_THREADS overrides the default of 2: on a shared 2-core machine 1 thread avoids spin-waits.
+    torch.set_num_threads(threads or int(os.environ.get("AGENTMILL_TORCH_THREADS", "2")))
     torch_dtype = getattr(torch, dtype)
     directory, gguf = resolve_source(rest)
     source = directory / gguf if gguf else directory
