@@ -83,6 +83,15 @@ def test_unreachable_target_is_inf_with_a_reason() -> None:
     assert v == math.inf and why and np.isnan(g).all()
 
 
+def test_dead_end_trap_is_inf_with_a_reason() -> None:
+    """Never backing off at (K-1, bwd): a wrong arm's dead end and (K-1, bwd) trap the walker forever, although
+    the target is reachable from the hub."""
+    p = TabularPolicy(3, 4, 2)
+    p.theta[2, 1, 2] = -1e4
+    ht = hitting_time(p)
+    assert ht.value == math.inf and "cannot reach the target" in ht.reason
+
+
 def test_non_finite_logits_are_bad_input() -> None:
     p = TabularPolicy(2, 2, 1)
     p.theta[0, 0, 0] = np.nan

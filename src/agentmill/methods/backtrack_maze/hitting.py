@@ -55,6 +55,7 @@ class _Structure:
     dead: int
     goal_entry: int
     wrong_entry: int
+    dead_back: int    # wrong arm (K-1, bwd), where the dead end's forced back move leads
     sig: np.ndarray   # [2·2(K-1)] transient index of each arm state (goal arm first, then wrong arm)
     jj: np.ndarray    # depth - 1 (parameter row)
     ff: np.ndarray    # facing
@@ -79,7 +80,8 @@ def _structure(K: int) -> _Structure:
                 nf.append(idx(goal, j + 1, 0) if j + 1 < K else (target if goal else dead))
                 nb.append(idx(goal, j - 1, 1) if j > 1 else 0)
     a = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-    return _Structure(n, 0, dead, idx(True, 1, 0), idx(False, 1, 0), a(sig), a(jj), a(ff), a(nf), a(nb))
+    return _Structure(n, 0, dead, idx(True, 1, 0), idx(False, 1, 0), idx(False, K - 1, 1), a(sig), a(jj), a(ff),
+                      a(nf), a(nb))
 
 
 def _check(policy: TabularPolicy, env: PathStarMultigraph | None) -> None:
@@ -94,33 +96,30 @@ def _transition(st: _Structure, p_goal: float, fw: np.ndarray, bk: np.ndarray) -
     M[st.hub, st.wrong_entry] = 1.0 - p_goal
     np.add.at(M, (st.sig, st.nf), fw)
     np.add.at(M, (st.sig, st.nb), bk)
-    M[st.dead, st.sig[(st.jj == st.jj.max()) & (st.ff == 1)][-1]] = 1.0  # dead end -> wrong arm (K-1, bwd)
+    M[st.dead, st.dead_back] = 1.0             # forced back move out of the dead end
     return M
 
 
 def _unreachable_reason(M: np.ndarray, st: _Structure) -> str | None:
     """None if every state reachable from the hub reaches the target with positive probability."""
-    adj = M > 0
-    seen = np.zeros(st.n + 1, dtype=bool)
+    adj = M > 0                                   # [n, n+1] support of one move
+    seen = np.zeros(st.n + 1, dtype=bool)         # forward closure from the hub
     seen[st.hub] = True
-    frontier = [st.hub]
-    while frontier:
-        nxt = np.flatnonzero(adj[frontier[-1]])
-        frontier.pop()
-        for s in nxt:
-            if not seen[s] and s < st.n:
-                seen[s] = True
-                frontier.append(int(s))
-            seen[s] = True
+    while True:
+        new = seen | adj[seen[: st.n]].any(axis=0)
+        if (new == seen).all():
+            break
+        seen = new
     if not seen[st.n]:
         return "the target is unreachable from the hub under this policy"
-    good = np.zeros(st.n + 1, dtype=bool)
+    good = np.zeros(st.n + 1, dtype=bool)         # backward closure from the target
     good[st.n] = True
-    changed = True
-    while changed:
-        new = good[: st.n] | (adj[:, good].any(axis=1))
-        changed = bool((new != good[: st.n]).any())
-        good[: st.n] = new
+    while True:
+        new = good.copy()
+        new[: st.n] |= adj[:, good].any(axis=1)
+        if (new == good).all():
+            break
+        good = new
     bad = seen[: st.n] & ~good[: st.n]
     if bad.any():
         return f"{int(bad.sum())} reachable state(s) cannot reach the target (absorption is not almost sure)"
