@@ -64,7 +64,8 @@ def test_smoke_runs_reuses_calibration_and_plots(tmp_path) -> None:
     ctx = _ctx(tmp_path, lm)
     m = exp.measure(setup, ctx)
     n_trees = 3 * (setup.hard + setup.lake)
-    assert lm.prefills == n_trees                    # one prompt prefill per tree, none for calibration
+    assert lm.prefills == n_trees + 1                # one per tree + the throughput probe, none for calibration
+    assert ctx.data["throughput_step0"]["decode_tok_s_b4"] > 0
     ids = [t.prompt_id for t in make_pool(setup.calib_prompts, setup.seed)]
     assert ctx.data["hard"] == [ids[0], ids[2]] and ctx.data["lake"] == [ids[1]]
     assert {"r3l_ratio", "r3l2_worst_token_ratio", "nc5_max_excess"} <= set(m)
@@ -84,7 +85,8 @@ def test_interrupted_run_resumes_per_tree(tmp_path) -> None:
         exp.measure(setup, _ctx(tmp_path, CountingWhiteBox(fail_after=4)))
     lm = CountingWhiteBox()
     exp.measure(setup, _ctx(tmp_path, lm))
-    assert lm.prefills == 3 * (setup.hard + setup.lake) - 4
+    # the first run did the probe and 3 trees; the rerun does the probe and only the trees not yet done
+    assert lm.prefills == 3 * (setup.hard + setup.lake) - 3 + 1
 
 
 def test_too_few_hard_prompts_is_a_clear_error(tmp_path) -> None:

@@ -138,3 +138,17 @@ def test_smollm2_fork_equals_reencode_and_batch_invariant(smol):
         assert np.array_equal(alone.token_ids, c.token_ids)
     cnt = fk.end_tree(t)
     assert cnt.forward_tokens == len(ids) + cnt.fed_tokens + cnt.refeed_tokens
+
+
+def test_throughput_probe_reports_every_batch(lm):
+    from agentmill.lm.throughput import throughput_probe
+
+    class Enc:
+        def __getattr__(self, k):
+            return getattr(lm, k)
+
+        def encode(self, text):
+            return lm.render(text)
+
+    out = throughput_probe(Enc(), prefill_len=16, batches=(1, 2), steps=2)
+    assert out["prefill_tok_s"] > 0 and out["decode_tok_s_b1"] > 0 and out["decode_tok_s_b2"] > 0

@@ -30,6 +30,7 @@ from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
 from agentmill.experiments import e162_collapse_llm as r2
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.lm.fork import StopSpec, WhiteBoxForker
+from agentmill.lm.throughput import throughput_probe
 from agentmill.methods.tree_rollouts.config import TreeConfig
 from agentmill.methods.tree_rollouts.sampler import RolloutLog, build_tree
 from agentmill.methods.tree_rollouts.selectors import make_selector
@@ -144,6 +145,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         lm = ctx.load_lm()
         if getattr(lm, "info", None):
             ctx.data["lm_info"] = dict(lm.info)
+        try:
+            ctx.data["throughput_step0"] = throughput_probe(lm)
+        except Exception as e:  # noqa: BLE001 - a probe failure must not lose the run
+            ctx.data["throughput_step0"] = {"error": f"{type(e).__name__}: {e}"}
         forker = WhiteBoxForker(lm)
         cfg = TreeConfig(budget_tokens=s.budget, wave=s.wave, max_new_tokens=s.max_new_tokens,
                          temperature=s.temperature)
