@@ -27,6 +27,7 @@ from agentmill.methods.tree_rollouts.collapse import (
     simulate_groups,
 )
 from agentmill.methods.tree_rollouts.config import AllocatorConfig, TreeConfig, UUCBConfig
+from agentmill.methods.tree_rollouts.monitor import CollapseMonitor
 from agentmill.methods.tree_rollouts.objective import (Instance, brute_force_opt, check_submodular, greedy,
                                                        marginal_gain, objective)
 from agentmill.methods.tree_rollouts.sampler import RolloutLog, TreeGrower, build_tree, sample_independent, tree_metrics
@@ -40,7 +41,7 @@ __all__ = [
     "fit_pool_mixture", "group_stats", "min_group_size", "mixed_probability", "pool_collapse_curve",
     "predict_collapse", "simulate_collapse", "simulate_groups",
     "AdmissionReport", "group_admission", "grpo_advantages", "node_advantages", "tree_token_advantages",
-    "EmptyLakeDetector", "build_forest", "AllocatorConfig", "TreeConfig", "UUCBConfig",
+    "CollapseMonitor", "EmptyLakeDetector", "build_forest", "AllocatorConfig", "TreeConfig", "UUCBConfig",
     "Instance", "brute_force_opt", "check_submodular", "greedy", "marginal_gain", "objective",
     "RolloutLog", "TreeGrower", "build_tree", "sample_independent", "tree_metrics", "SELECTORS", "make_selector",
     "SyntheticChainLM", "make_pool", "Reward", "RolloutTree", "every_k", "step_boundary", "top_entropy", "union",
