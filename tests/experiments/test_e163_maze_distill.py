@@ -13,7 +13,7 @@ def test_smoke_measure_and_plots(tmp_path) -> None:
     exp = get("e163.maze_distill")
     ctx = _ctx(tmp_path)
     m = exp.measure(exp.setups["smoke"], ctx)
-    assert set(c.metric for c in exp.claims) <= set(m)
+    assert {c.metric for c in exp.claims} <= set(m)
     row = ctx.data["rows"][0]
     assert row["T_distill"] > 0 and row["T_distill_stripped"] > row["T_distill"]
     assert m["distill_grad_bwd_max"].value > 0   # whole traces do supervise backward-facing states

@@ -21,7 +21,7 @@ def test_smoke_measure_and_plots(tmp_path) -> None:
     assert m["r5a_sft_grad_bwd_max"].value == 0.0 and m["r5a_power_rl_grad_bwd_min"].value > 0
     assert m["nc7_grad_max"].value == 0.0 and m["nc7_T_drift"].value == 0.0
     assert m["r5h_max_z"].value < 4 and m["r5c_ratio_max"].value < 1.1
-    assert set(c.metric for c in exp.claims) <= set(m)
+    assert {c.metric for c in exp.claims} <= set(m)
     assert all(v == "not_judged" for v in exp.judge("smoke", m).values())
     paths = exp.plots(ctx.data, tmp_path)
     assert len(paths) == 2 and all(p.stat().st_size > 5000 for p in paths)

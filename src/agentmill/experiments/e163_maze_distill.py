@@ -9,7 +9,6 @@ traces (horizon 20·T*), and fit two fresh uniform students by maximum likelihoo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

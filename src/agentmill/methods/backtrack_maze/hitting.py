@@ -79,7 +79,7 @@ def _structure(K: int) -> _Structure:
                 ff.append(f)
                 nf.append(idx(goal, j + 1, 0) if j + 1 < K else (target if goal else dead))
                 nb.append(idx(goal, j - 1, 1) if j > 1 else 0)
-    a = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    a = lambda x: np.asarray(x, dtype=np.int64)
     return _Structure(n, 0, dead, idx(True, 1, 0), idx(False, 1, 0), idx(False, K - 1, 1), a(sig), a(jj), a(ff),
                       a(nf), a(nb))
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.envs.pathstar import BWD, FWD, PathStarMultigraph
+from agentmill.envs.pathstar import FWD, PathStarMultigraph
 
 HEADERS = (
     "You are walking a maze of {W} arms, each {K} steps deep; one arm ends at the goal, the others at dead ends.",
@@ -183,4 +183,4 @@ def base_model(lm: Any) -> Any:
 
 
 __all__ = ["HEADERS", "state_line", "context", "move_text", "golden_steps", "p_back", "train_text_sft",
-           "TextSFTLog", "base_model", "BWD", "FWD"]
+           "TextSFTLog", "base_model"]
