@@ -37,7 +37,9 @@ from agentmill.methods.tree_rollouts.selectors import make_selector
 from agentmill.methods.tree_rollouts.tree import Reward, step_boundary, top_entropy, union
 
 PAPER = "Hu et al., InfoTree, arXiv:2605.05262"
-VERSION = "1"
+VERSION = "2"
+"""Bumped when tree sampling changes (v2: a wave never spends more than the remaining budget); trees of an
+older version are not reused."""
 ARMS = ("independent", "random", "uucb")
 
 

@@ -140,3 +140,18 @@ def test_make_selector_rejects_unknowns_and_greedy_needs_oracle():
         _tree(q, "greedy")
     t = _tree(q, "greedy", oracle=lambda pre: LM.oracle_p(q, pre))
     assert len(t.leaves) > 2
+
+
+def test_waves_never_overspend_the_budget():
+    """Each pick of a wave is capped at its expected cost plus a share of the slack (not the whole remainder);
+    leaves of variable length (EOS) are what could overshoot."""
+    pytest.importorskip("torch")
+    from agentmill.lm import load_lm
+    from agentmill.lm.fork import WhiteBoxForker
+
+    forker = WhiteBoxForker(load_lm("scripted:whitebox"))
+    cfg = TreeConfig(budget_tokens=60, wave=4, max_new_tokens=12)
+    for i in range(6):
+        t = build_tree(f"prompt {i}", forker, lambda toks, text: Reward(float(len(toks) % 2)), make_selector("random"),
+                       cfg, tree_key=(i,), branch_policy=lambda toks, ents, dec: list(range(1, len(toks))))
+        assert t.counters["gen_tokens"] <= 60 and len(t.leaves) > 4

@@ -193,7 +193,7 @@ class TreeGrower:
     def seed(self) -> int:
         """Step 1: m0 independent root samples. Returns generated tokens."""
         m0 = self.cfg.seed_rollouts if self.cfg.max_leaves is None else min(self.cfg.seed_rollouts, self.cfg.max_leaves)
-        return self._run_wave([self.tree.root] * m0, [{} for _ in range(m0)], self.remaining())
+        return self._run_wave([self.tree.root] * m0, [{} for _ in range(m0)], [self.remaining()] * m0)
 
     def step(self, budget: float | None = None) -> int:
         """Step 2: choose and decode one wave. Returns generated tokens (0 = nothing affordable: stop)."""
@@ -204,17 +204,20 @@ class TreeGrower:
         room = self.cfg.wave if self.cfg.max_leaves is None else min(self.cfg.wave, self.cfg.max_leaves - len(self.tree.leaves))
         picks: list[Node] = []
         terms: list[dict[str, float]] = []
+        caps: list[float] = []
         reserved = 0.0
         ts = time.perf_counter()
         while len(picks) < room:
             cands = [nd for nd in pool if self.expected_cost(nd) + reserved <= remaining]
             if not cands:
                 break
+
             view = build_view(self.tree, cands, self.ucfg, picks, self.oracle)
             scores = self.selector.scores(view)
             i = _pick(scores, np.random.default_rng([*self.tree_key, self.next_id + len(picks), 7]))
             picks.append(cands[i])
-            reserved += self.expected_cost(cands[i])
+            caps.append(self.expected_cost(cands[i]))
+            reserved += caps[-1]
             if isinstance(self.selector, UUCB):
                 terms.append({k: round(float(v[i]), 6) for k, v in self.selector.terms(view).items()})
             else:
@@ -223,7 +226,10 @@ class TreeGrower:
         if not picks:
             self.done = True
             return 0
-        return self._run_wave(picks, terms, remaining)
+        # Token caps: each pick's expected cost plus an equal share of the slack, so a wave never spends more
+        # than the remaining budget (with b = 1 the cap is simply the remaining budget).
+        slack = (remaining - reserved) / len(picks) if math.isfinite(remaining) else math.inf
+        return self._run_wave(picks, terms, [c + slack for c in caps])
 
     def value_priority(self, budget: float | None = None) -> float:
         """ABA-lite priority: the largest value-only marginal gain (posterior mean, c = 0, lam = 0) per expected
@@ -247,11 +253,12 @@ class TreeGrower:
             self.log.sync()
         return self.tree
 
-    def _run_wave(self, picks: list[Node], terms: list[dict[str, float]], remaining: float) -> int:
+    def _run_wave(self, picks: list[Node], terms: list[dict[str, float]], caps: list[float]) -> int:
+        """Decode one wave. ``caps[j]``: tokens pick j may generate at most (its share of the remaining budget)."""
         reqs = []
-        for nd in picks:
+        for nd, cap in zip(picks, caps):
             # max_new_tokens caps the whole completion, shared prefix included, as for an independent sample.
-            max_new = int(min(self.cfg.max_new_tokens - nd.depth, max(1, remaining)))
+            max_new = int(min(self.cfg.max_new_tokens - nd.depth, max(1, cap)))
             reqs.append(BranchRequest(nd.fork_leaf if nd.depth else None, nd.depth, self.tree.prefix(nd),
                                       self.next_id, max_new, self.stop))
             self.next_id += 1
