@@ -227,6 +227,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         }
         out[f"mixed_ratio_hard_{arm}"] = Estimate.exact(per_arm[arm]["mixed_ratio_hard"], n=len(hard))
         out[f"leaf_success_{arm}"] = Estimate.exact(per_arm[arm]["leaf_success_rate"])
+    import resource
+
+    # spec §8 target 7: peak RSS of the process (model + KV store) stays under 3 GiB
+    out["peak_rss_gib"] = Estimate.exact(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     ctx.data.update({"hard": hard, "lake": lake, "per_arm": per_arm, "calibration": rate,
                      "depths": {a: [d for p in hard + lake for d in rows[f"{a}/{p}"]["depths"]] for a in ARMS}})
     return out
