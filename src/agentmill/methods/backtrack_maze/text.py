@@ -146,7 +146,10 @@ def train_text_sft(lm: Any, env: PathStarMultigraph, *, steps: int, lr: float, b
     model = copy.deepcopy(_module(lm))
     model.train()
     before = [p.detach().clone() for p in model.parameters()]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    try:  # the fused CPU kernel: ~0.3 s per step for 135M parameters against 4-16 s for the per-tensor loop
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     rng = np.random.default_rng(seed)
     log = TextSFTLog()
     t0 = time.perf_counter()
