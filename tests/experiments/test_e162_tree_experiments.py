@@ -48,3 +48,8 @@ def test_allocation_smoke(tmp_path):
     exp, m = _run("e162.allocation_synth", tmp_path)
     assert abs(m["total_tokens_ratio"].value - 1) < 0.05
     assert 0 <= m["budget_share_empty_aba_lite"].value <= 1
+
+
+def test_uucb_grid_smoke(tmp_path):
+    exp, m = _run("e162.uucb_grid", tmp_path)
+    assert 0 < m["plateau_fraction"].value <= 1 and m["best_metric1"].value > 0

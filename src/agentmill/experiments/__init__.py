@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e162_tree_synth",
     "agentmill.experiments.e162_greedy_submodular",
     "agentmill.experiments.e162_allocation_synth",
+    "agentmill.experiments.e162_uucb_grid",
     "agentmill.experiments.e162_tree_llm",
     "agentmill.experiments.e163_maze_separation",
     "agentmill.experiments.e163_maze_distill",
