@@ -41,6 +41,27 @@ def sample_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.r
     return tok, float(logp[tok])
 
 
+def advance_batch(lm: Any, cache: Any, mask: Any, next_pos: Any, step: list[int], active: list[int],
+                  finish: list[Any]) -> tuple[Any, np.ndarray, Any, Any, list[int]] | None:
+    """One step of a left-padded decode loop: drop the rows that just finished (``finish[r]`` set) from the cache
+    and the masks, then feed the survivors' sampled tokens ``step`` (aligned with ``active``). Returns the new
+    (cache, last-position logits [rows, V], mask, next positions, active rows), or None when every row finished."""
+    import torch
+
+    keep = [k for k, r in enumerate(active) if finish[r] is None]
+    if not keep:
+        return None
+    if len(keep) < len(active):
+        kt = torch.tensor(keep)
+        cache.batch_select_indices(kt)
+        mask, next_pos = mask[kt], next_pos[kt]
+        step = [step[k] for k in keep]
+        active = [active[k] for k in keep]
+    mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], 1)
+    fo = lm.forward(torch.tensor(step)[:, None], cache, attention_mask=mask, position_ids=next_pos[:, None])
+    return fo.cache, fo.logits[:, -1].numpy(), mask, next_pos + 1, active
+
+
 def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]], cfg: GenerateConfig,
                 seed: int) -> list[Completion]:
     """Decode one batch: ``rows`` are (prompt index, sample index) pairs over the token lists ``rendered``.
@@ -93,18 +114,10 @@ def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]],
                     continue
             if len(toks[r]) >= budget[r]:
                 finish[r] = "length"
-        keep = [k for k, r in enumerate(active) if finish[r] is None]
-        if not keep:
+        state = advance_batch(lm, cache, mask, next_pos, step, active, finish)
+        if state is None:
             break
-        if len(keep) < len(active):
-            kt = torch.tensor(keep)
-            cache.batch_select_indices(kt)
-            mask, next_pos = mask[kt], next_pos[kt]
-            step = [step[k] for k in keep]
-            active = [active[k] for k in keep]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], 1)
-        fo = lm.forward(torch.tensor(step)[:, None], cache, attention_mask=mask, position_ids=next_pos[:, None])
-        cache, logits, next_pos = fo.cache, fo.logits[:, -1].numpy(), next_pos + 1
+        cache, logits, mask, next_pos, active = state
     out = []
     for r, (i, _j) in enumerate(rows):
         text = texts[r] if finish[r] == "stop" else lm.decode(toks[r])

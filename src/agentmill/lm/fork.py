@@ -26,6 +26,7 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 import numpy as np
 
 from agentmill.lm.base import LMError
+from agentmill.lm.decoding import advance_batch
 
 Finish = Literal["eos", "stop", "length"]
 
@@ -257,21 +258,12 @@ class WhiteBoxForker:
             for k, r in enumerate(active):
                 if finish[r] is not None:
                     row_cache[r] = self._extract_row(cache, k, int(mask[k].sum()), int(mask.shape[1]))
-            keep = [k for k, r in enumerate(active) if finish[r] is None]
-            if not keep:
+            state = advance_batch(self.lm, cache, mask, next_pos, step, active, finish)
+            if state is None:
                 break
-            if len(keep) < len(active):
-                kt = torch.tensor(keep)
-                cache.batch_select_indices(kt)
-                mask, next_pos = mask[kt], next_pos[kt]
-                step = [step[k] for k in keep]
-                active = [active[k] for k in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], 1)
-            fo = self.lm.forward(torch.tensor(step)[:, None], cache, attention_mask=mask,
-                                 position_ids=next_pos[:, None])
+            cache, logits, mask, next_pos, active = state
             tree.counters.fed_tokens += len(active)
             tree.counters.forward_calls += 1
-            cache, logits, next_pos = fo.cache, fo.logits[:, -1].numpy(), next_pos + 1
         out = []
         for r, req in enumerate(requests):
             ids = np.asarray(toks[r], dtype=np.int32)
