@@ -2,10 +2,12 @@
 leaf and per informative sample, the cost of a fork, and the cost of UUCB scoring. Ratios are measured side by
 side in one run; this is a benchmark, not a test.
 
-    python benchmarks/tree_rollouts.py [--prompts 16] [--leaves 8] [--out benchmarks/results/tree_rollouts.json]
+    python benchmarks/tree_rollouts.py [--prompts 16] [--leaves 8] [--waves 1,2,4,8]
+                                       [--out benchmarks/results/tree_rollouts.json]
 
 Arms per prompt (same few-shot arithmetic prompts, fresh RNG keys per arm):
-  tree (random selector, wave b)   branch positions do not depend on UUCB, so the sharing is the sampler's
+  tree_b{b} (random selector)      branch positions do not depend on UUCB, so the sharing is the sampler's; one
+                                   arm per wave size b (spec §8 row 3 judges b = 4 and asks for b = 1, 2, 4, 8)
   independent_shared               one prompt prefill, all leaves decoded as one batch
   independent_naive                every leaf re-prefills the prompt (counted; decoded in batches of 1 for wall time)
 The load average is recorded before and after: on 2 shared cores a busy neighbour distorts wall times.
@@ -45,21 +47,25 @@ def _verifier(task):
     return verify
 
 
-def _arm_rows(lm, forker, tasks, leaves: int, wave: int, seed: int) -> dict[str, dict[str, float]]:
+def _arm_rows(lm, forker, tasks, leaves: int, waves: list[int], seed: int, advance=lambda: None
+              ) -> dict[str, dict[str, float]]:
     policy = union(step_boundary(), top_entropy(3))
     stop = StopSpec(stop_regex=STOP_REGEX)
+    names = [f"tree_b{b}" for b in waves] + ["independent_shared", "independent_naive"]
     out = {k: {"gen": 0.0, "forward": 0.0, "seconds": 0.0, "leaves": 0.0, "informative": 0.0, "forks": 0.0}
-           for k in ("tree", "independent_shared", "independent_naive")}
+           for k in names}
     for k, task in enumerate(tasks):
         prompt = task.completion_prompt(example_pair(task.level, seed, k))
         P = len(lm.render(prompt))
         verify = _verifier(task)
-        arms = {"tree": (make_selector("random"), wave), "independent_shared": (make_selector("independent"), leaves)}
+        arms = {f"tree_b{b}": (make_selector("random"), b) for b in waves}
+        arms["independent_shared"] = (make_selector("independent"), leaves)
         for name, (sel, b) in arms.items():
-            cfg = TreeConfig(budget_tokens=None, max_leaves=leaves, wave=b, seed_rollouts=min(2, leaves) if name == "tree"
-                             else leaves, max_new_tokens=48)
+            is_tree = name.startswith("tree")
+            cfg = TreeConfig(budget_tokens=None, max_leaves=leaves, wave=b,
+                             seed_rollouts=min(2, leaves) if is_tree else leaves, max_new_tokens=48)
             t0 = time.perf_counter()
-            tree = build_tree(prompt, forker, verify, sel, cfg, tree_key=(seed, k, len(name)), branch_policy=policy,
+            tree = build_tree(prompt, forker, verify, sel, cfg, tree_key=(seed, k, int(is_tree)), branch_policy=policy,
                               stop=stop)
             row = out[name]
             row["seconds"] += time.perf_counter() - t0
@@ -81,6 +87,7 @@ def _arm_rows(lm, forker, tasks, leaves: int, wave: int, seed: int) -> dict[str,
                     forker.expand(h, [BranchRequest(None, 0, np.zeros(0, np.int32), i, 48, stop)], 1.0)
                     forker.end_tree(h)
                 naive["seconds"] += time.perf_counter() - t0
+        advance()
     return out
 
 
@@ -141,19 +148,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--leaves", type=int, default=8)
-    ap.add_argument("--wave", type=int, default=4)
+    ap.add_argument("--waves", default="1,2,4,8", help="tree wave sizes b, comma-separated; 4 is judged")
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tree_rollouts.json"))
     a = ap.parse_args()
+    waves = sorted({int(b) for b in a.waves.split(",")})
+    if 4 not in waves or min(waves) < 1:
+        ap.error("--waves must be positive and include 4 (the judged wave size)")
     load_before = os.getloadavg()[0]
     lm = load_lm("hf:smollm2")
     forker = WhiteBoxForker(lm)
     tasks = make_pool(a.prompts, a.seed, levels=(2, 3, 4, 5))
     t0 = time.perf_counter()
-    arms = _arm_rows(lm, forker, tasks, a.leaves, a.wave, a.seed)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("prompts (tree, independent, naive)", total=len(tasks))
+        arms = _arm_rows(lm, forker, tasks, a.leaves, waves, a.seed, lambda: bar.advance(task))
     fork = _fork_cost(lm)
     sel = _selector_cost()
-    tree, shared, naive = arms["tree"], arms["independent_shared"], arms["independent_naive"]
+    tree, shared, naive = arms["tree_b4"], arms["independent_shared"], arms["independent_naive"]
     per = lambda r, k: r[k] / max(r["leaves"], 1)  # noqa: E731
     result = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_before": load_before,
@@ -169,6 +183,8 @@ def main() -> None:
             / (shared["forward"] / max(shared["informative"], 1)),
             "seconds_per_informative_tree_over_shared": (tree["seconds"] / max(tree["informative"], 1))
             / (shared["seconds"] / max(shared["informative"], 1)),
+            **{f"seconds_per_leaf_tree_b{b}_over_shared": per(arms[f"tree_b{b}"], "seconds") / per(shared, "seconds")
+               for b in waves},
         },
         "targets": {"forward_per_leaf_tree_over_shared": "<= 0.80", "forward_per_leaf_tree_over_naive": "<= 0.50",
                     "seconds_per_leaf_tree_over_shared": "<= 1.10", "fork_overhead_over_step": "<= 0.10",
