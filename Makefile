@@ -37,3 +37,4 @@ test: install browser-deps
 
 benchmark: install
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/lm_throughput.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/tree_rollouts.py
