@@ -1,0 +1,31 @@
+"""AutoCog (E176): closed-loop discovery of decision theories written as code (arXiv:2606.26448).
+
+Theories are executable programs with parameter priors (sampled, never fitted); two advocates propose designs that
+pass a simulated discrimination gate; data come from a hidden ground truth or real participants (FastAPI web app);
+every theory is scored on every observation; an arbiter and a reviser replace one slot per round. Every step is
+ledgered (hash chain) and resumable. See README.md.
+"""
+
+from agentmill.methods.autocog import library
+from agentmill.methods.autocog.agents.base import PoolView, Proposal, Revision, Verdict
+from agentmill.methods.autocog.agents.search import ProgramSpaceReviser, RuleArbiter, SearchAdvocate
+from agentmill.methods.autocog.cohorts import HumanCohort, SimulatedCohort
+from agentmill.methods.autocog.config import AutoCogConfig
+from agentmill.methods.autocog.design import Design, random_design
+from agentmill.methods.autocog.gate import GateResult, welch_gate
+from agentmill.methods.autocog.ledger import Ledger
+from agentmill.methods.autocog.library import REGISTRY, program, theory_from_spec
+from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig, RunResult
+from agentmill.methods.autocog.metrics import Estimate, TemplateMetric
+from agentmill.methods.autocog.scoring import aggregate_loss, leaderboard, normalized_distances
+from agentmill.methods.autocog.simulate import Data, expected_choice_props, simulate
+from agentmill.methods.autocog.theory import Bind, Choice, Interval, LibraryTheory, ParamSpace, VectorInterval
+
+__all__ = [
+    "library", "REGISTRY", "program", "theory_from_spec", "Bind", "Choice", "Interval", "LibraryTheory",
+    "ParamSpace", "VectorInterval", "Design", "random_design", "Data", "simulate", "expected_choice_props",
+    "Estimate", "TemplateMetric", "GateResult", "welch_gate", "aggregate_loss", "leaderboard",
+    "normalized_distances", "Ledger", "AutoCogLoop", "LoopConfig", "RunResult", "PoolView", "Proposal", "Revision",
+    "Verdict", "ProgramSpaceReviser", "RuleArbiter", "SearchAdvocate", "SimulatedCohort", "HumanCohort",
+    "AutoCogConfig",
+]

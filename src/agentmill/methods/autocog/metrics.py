@@ -1,0 +1,162 @@
+"""Metrics: scalars over choice data, with a per-subject variance (spec autocog §2.7, templates §6.4).
+
+An :class:`Estimate` is (value on the pooled data, population variance (ddof 0) of the same metric per subject,
+the per-subject values). Every template is a share over a trial mask, so the per-subject value is always defined
+when each subject sees the relevant trials; a subject without relevant trials makes the variance None (the gate
+then rejects). Templates are frozen at proposal time (their arguments are theory *specs*), so re-evaluation on
+backfill is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from agentmill.methods.autocog.simulate import Data
+from agentmill.methods.autocog.theory import sha256
+
+
+class Estimate(NamedTuple):
+    value: float | None
+    variance: float | None
+    per_subject: np.ndarray | None
+
+
+def _share(hit: np.ndarray, mask: np.ndarray) -> Estimate:
+    tot = mask.sum()
+    if tot == 0:
+        return Estimate(None, None, None)
+    value = float((hit & mask).sum() / tot)
+    per_n = mask.sum(1)
+    if (per_n == 0).any():
+        return Estimate(value, None, None)
+    per = (hit & mask).sum(1) / per_n
+    return Estimate(value, float(per.var()), per)
+
+
+_CORE_CACHE: dict[tuple[str, str], np.ndarray] = {}
+
+
+def _core(spec: dict, data: Data) -> np.ndarray:
+    """Deterministic core choice per trial, computed once per (design, theory) on the unique pairs."""
+    from agentmill.methods.autocog.library import theory_from_spec
+
+    key = (data.design.content_id(), sha256({k: v for k, v in spec.items() if k != "label"}))
+    if key not in _CORE_CACHE:
+        if len(_CORE_CACHE) > 20_000:
+            _CORE_CACHE.clear()
+        a, b = data.design.arrays()
+        _CORE_CACHE[key] = theory_from_spec(spec).core_sign(a[None], b[None], data.design.context())[0]
+    return _CORE_CACHE[key][data.pair_idx]
+
+
+def _follows(sign: np.ndarray, resp: np.ndarray) -> np.ndarray:
+    return ((sign > 0) & (resp == 0)) | ((sign < 0) & (resp == 1))
+
+
+@dataclass(frozen=True)
+class TemplateMetric:
+    """A frozen metric template: ``name`` plus JSON ``args`` (theory specs for agree/conflict)."""
+
+    name: str
+    args: dict = field(default_factory=dict)
+
+    @property
+    def content_id(self) -> str:
+        return sha256({"name": self.name, "args": self.args})[:16]
+
+    @property
+    def description(self) -> str:
+        return f"{self.name}({', '.join(str(v.get('label', v)) if isinstance(v, dict) else str(v) for v in self.args.values())})"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "args": self.args}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TemplateMetric:
+        return cls(d["name"], d.get("args", {}))
+
+    def __call__(self, data: Data) -> Estimate:
+        resp = data.resp
+        ones = np.ones_like(resp, bool)
+        if self.name == "p_choose_a":
+            return _share(resp == 0, ones)
+        if self.name == "agree":
+            sign = _core(self.args["theory"], data)
+            return _share(_follows(sign, resp), sign != 0)
+        if self.name == "conflict":
+            s1, s2 = _core(self.args["t1"], data), _core(self.args["t2"], data)
+            return _share(_follows(s1, resp), (s1 != 0) & (s2 != 0) & (s1 != s2))
+        if self.name == "top_cue_vs_majority":
+            from agentmill.methods.autocog.library import tally_delta, ttb_delta
+
+            A, B = data.stimuli()
+            ctx = data.design.context()
+            top, maj = np.sign(ttb_delta({}, A, B, ctx)), np.sign(tally_delta({}, A, B, ctx))
+            return _share(_follows(top, resp), (top != 0) & (maj != 0) & (top != maj))
+        if self.name == "low_range_advantage":
+            # R > 1: among pairs where one option's advantage lies on cues rated in the lower half of the scale
+            # and the other's in the upper half, the share choosing the lower-half-advantage option [R].
+            A, B = data.stimuli()
+            R = data.design.rating_max
+            d = A - B
+            low = (np.minimum(A, B) < R / 2)
+            adv_a_low = ((d > 0) & low).sum(-1) > ((d > 0) & ~low).sum(-1)
+            adv_b_low = ((d < 0) & low).sum(-1) > ((d < 0) & ~low).sum(-1)
+            mask = adv_a_low ^ adv_b_low
+            return _share(np.where(adv_a_low, resp == 0, resp == 1), mask)
+        if self.name == "repeat_consistency":
+            # within subject, for each pair, the share of repeat pairs (earlier occurrence, later occurrence) of
+            # the same stimulus answered identically; computed via counts of A per pair.
+            S = resp.shape[0]
+            U = data.design.n_unique
+            nA = np.zeros((S, U))
+            n = np.zeros((S, U))
+            np.add.at(nA, (np.arange(S)[:, None], data.pair_idx), (resp == 0))
+            np.add.at(n, (np.arange(S)[:, None], data.pair_idx), 1)
+            pairs = n * (n - 1) / 2
+            same = nA * (nA - 1) / 2 + (n - nA) * (n - nA - 1) / 2
+            if pairs.sum() == 0:
+                return Estimate(None, None, None)
+            per = same.sum(1) / pairs.sum(1)
+            return Estimate(float(same.sum() / pairs.sum()), float(per.var()), per)
+        if self.name == "lag1_repeat":
+            hit = np.zeros_like(resp, bool)
+            hit[:, 1:] = resp[:, 1:] == resp[:, :-1]
+            mask = np.ones_like(resp, bool)
+            mask[:, 0] = False
+            return _share(hit, mask)
+        raise ValueError(f"unknown metric template {self.name!r}; known: {', '.join(TEMPLATE_NAMES)}")
+
+
+TEMPLATE_NAMES = ("p_choose_a", "agree", "conflict", "top_cue_vs_majority", "low_range_advantage",
+                  "repeat_consistency", "lag1_repeat")
+
+
+def templates_for(own, opponent, *, cardinal: bool) -> list[TemplateMetric]:
+    """The §6.4 template set for a pair of slot theories (history-dependent theories have no deterministic core)."""
+    out = [TemplateMetric("p_choose_a")]
+    cores = [t for t in (own, opponent) if not t.history_dependent]
+    for t in cores:
+        out.append(TemplateMetric("agree", {"theory": {**t.spec, "label": t.name}}))
+    if len(cores) == 2:
+        out.append(TemplateMetric("conflict", {"t1": {**own.spec, "label": own.name},
+                                               "t2": {**opponent.spec, "label": opponent.name}}))
+    out.append(TemplateMetric("top_cue_vs_majority"))
+    if cardinal:
+        out.append(TemplateMetric("low_range_advantage"))
+    out += [TemplateMetric("repeat_consistency"), TemplateMetric("lag1_repeat")]
+    return out
+
+
+def predicted_estimate(theory, design, metric: TemplateMetric, n_sim: int, seed: tuple) -> Estimate:
+    """Simulate ``theory`` on ``design`` (``n_sim`` subjects, common random numbers keyed by ``seed``) and apply
+    ``metric``. A failing theory yields Estimate(None, None, None) (scored 1, §9)."""
+    from agentmill.methods.autocog.simulate import simulate
+
+    try:
+        return metric(simulate(theory, design, n_sim, seed))
+    except Exception:  # noqa: BLE001 - a failing (e.g. LLM-written) theory is logged and scored as missing
+        return Estimate(None, None, None)

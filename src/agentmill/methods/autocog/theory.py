@@ -1,0 +1,262 @@
+"""Theories as programs with parameter priors (spec autocog §2.2-§2.3).
+
+A theory maps (sampled parameters, stimulus, history) to choice probabilities. Parameters are never fitted: every
+simulated subject draws its own parameters from the theory's :class:`ParamSpace` (the prior), so a theory is judged
+on the behaviour its whole prior produces [C `src/theory.py`, `src/sample_parameters.py`].
+
+Shapes: a batch of stimuli is ``A, B`` of shape (S, T, F) (subjects, trials, features); parameters are a dict of
+arrays of shape (S,) (scalars) or (S, F) (vectors); ``prob_a`` returns P(choose A) of shape (S, T).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+BOUND_NAMES = ("validities", "n_features", "rating_max")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Uniform on [lo, hi] (log-uniform when ``log``); lo > hi is an error (the repository swaps silently)."""
+
+    lo: float
+    hi: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.lo) and np.isfinite(self.hi)):
+            raise ValueError(f"Interval bounds must be finite, got [{self.lo}, {self.hi}]")
+        if self.lo > self.hi:
+            raise ValueError(f"Interval lo > hi: [{self.lo}, {self.hi}]; write it as [{self.hi}, {self.lo}]")
+        if self.log and self.lo <= 0:
+            raise ValueError(f"log Interval needs lo > 0, got {self.lo}")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Uniform over a finite, non-empty set of values."""
+
+    values: tuple
+
+    def __post_init__(self) -> None:
+        if len(self.values) == 0:
+            raise ValueError("Choice needs at least one value")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A value bound from the experiment context: validities, n_features or rating_max."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in BOUND_NAMES:
+            raise ValueError(f"unknown bound name {self.name!r}; accepted: {', '.join(BOUND_NAMES)}")
+
+
+@dataclass(frozen=True)
+class VectorInterval:
+    """One independent uniform draw in [lo, hi] per feature (``length`` = 'n_features' or an int)."""
+
+    lo: float
+    hi: float
+    length: str | int = "n_features"
+
+    def __post_init__(self) -> None:
+        if self.lo > self.hi:
+            raise ValueError(f"VectorInterval lo > hi: [{self.lo}, {self.hi}]")
+
+
+Spec = Interval | Choice | Bind | VectorInterval | float
+
+
+def _spec_json(s: Spec) -> Any:
+    if isinstance(s, Interval):
+        return {"interval": [s.lo, s.hi], "log": s.log}
+    if isinstance(s, Choice):
+        return {"choice": list(s.values)}
+    if isinstance(s, Bind):
+        return {"bind": s.name}
+    if isinstance(s, VectorInterval):
+        return {"vector": [s.lo, s.hi], "length": s.length}
+    return float(s)
+
+
+def _spec_from_json(d: Any) -> Spec:
+    if isinstance(d, (int, float)):
+        return float(d)
+    if "interval" in d:
+        return Interval(*d["interval"], log=d.get("log", False))
+    if "choice" in d:
+        return Choice(tuple(d["choice"]))
+    if "bind" in d:
+        return Bind(d["bind"])
+    return VectorInterval(*d["vector"], length=d["length"])
+
+
+_VEC = re.compile(r"^\s*\[\s*\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)\s*\]\s*\*\s*n_features\s*$")
+ACCEPTED_FORMS = '"[lo, hi]", "{a, b, c}", "validities" | "n_features" | "rating_max", "[(lo, hi)] * n_features"'
+
+
+@dataclass(frozen=True)
+class ParamSpace:
+    """A typed prior: parameter name -> spec. Sampling is batched: one independent draw per subject."""
+
+    specs: dict[str, Spec] = field(default_factory=dict)
+
+    def sample(self, rng: np.random.Generator, context: dict, n: int) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for name in sorted(self.specs):  # sorted: the draw order (and so the stream) is independent of dict order
+            s = self.specs[name]
+            if isinstance(s, Interval):
+                if s.log:
+                    out[name] = np.exp(rng.uniform(np.log(s.lo), np.log(s.hi), n))
+                else:
+                    out[name] = rng.uniform(s.lo, s.hi, n)
+            elif isinstance(s, Choice):
+                out[name] = np.asarray(s.values)[rng.integers(0, len(s.values), n)]
+            elif isinstance(s, Bind):
+                v = np.asarray(context[s.name], dtype=float)
+                out[name] = np.broadcast_to(v, (n,) + v.shape).copy()
+            elif isinstance(s, VectorInterval):
+                length = int(context["n_features"]) if s.length == "n_features" else int(s.length)
+                if s.length != "n_features" and length != int(context["n_features"]):
+                    raise ValueError(f"parameter {name}: vector length {length} != n_features "
+                                     f"{context['n_features']}")
+                out[name] = rng.uniform(s.lo, s.hi, (n, length))
+            else:
+                out[name] = np.full(n, float(s))
+        return out
+
+    def midpoint(self, context: dict) -> dict[str, np.ndarray]:
+        """One 'typical' subject (interval midpoints, first choice): the deterministic core's parameters."""
+        out: dict[str, np.ndarray] = {}
+        for name, s in self.specs.items():
+            if isinstance(s, Interval):
+                m = float(np.sqrt(s.lo * s.hi)) if s.log else (s.lo + s.hi) / 2
+                out[name] = np.array([m])
+            elif isinstance(s, Choice):
+                out[name] = np.asarray(s.values[:1])
+            elif isinstance(s, Bind):
+                out[name] = np.asarray(context[s.name], dtype=float)[None]
+            elif isinstance(s, VectorInterval):
+                out[name] = np.full((1, int(context["n_features"])), (s.lo + s.hi) / 2)
+            else:
+                out[name] = np.array([float(s)])
+        return out
+
+    def n_free(self) -> int:
+        return sum(isinstance(s, (Interval, VectorInterval)) or (isinstance(s, Choice) and len(s.values) > 1)
+                   for s in self.specs.values())
+
+    def to_json(self) -> dict:
+        return {k: _spec_json(v) for k, v in sorted(self.specs.items())}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ParamSpace:
+        return cls({k: _spec_from_json(v) for k, v in d.items()})
+
+    @classmethod
+    def from_repo_strings(cls, d: dict[str, str]) -> ParamSpace:
+        """Parse the repository's spec strings with ``ast.literal_eval`` plus one regex; never ``eval``."""
+        specs: dict[str, Spec] = {}
+        for name, text in d.items():
+            t = str(text).strip()
+            if t in BOUND_NAMES:
+                specs[name] = Bind(t)
+                continue
+            m = _VEC.match(t)
+            if m:
+                specs[name] = VectorInterval(float(m.group(1)), float(m.group(2)))
+                continue
+            try:
+                val = ast.literal_eval(t)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"parameter {name}: cannot parse {t!r}; accepted forms: {ACCEPTED_FORMS}") from None
+            if isinstance(val, list) and len(val) == 2 and all(isinstance(x, (int, float)) for x in val):
+                specs[name] = Interval(float(val[0]), float(val[1]))
+            elif isinstance(val, set):
+                specs[name] = Choice(tuple(sorted(val, key=repr)))
+            elif isinstance(val, (int, float)):
+                specs[name] = float(val)
+            else:
+                raise ValueError(f"parameter {name}: cannot parse {t!r}; accepted forms: {ACCEPTED_FORMS}")
+        return cls(specs)
+
+
+def canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_default).encode()
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def sha256(obj: Any) -> str:
+    return hashlib.sha256(canonical(obj)).hexdigest()
+
+
+def lapse_logistic(delta: np.ndarray, beta: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """§2.3 shared noise model: P(A) = (1 - ε)·σ(β·Δ) + ε/2. ``beta``/``eps`` broadcast as (S, 1)."""
+    z = np.clip(beta * delta, -500, 500)
+    return (1 - eps) / (1 + np.exp(-z)) + eps / 2
+
+
+ProbFn = Callable[[dict, np.ndarray, np.ndarray, dict, np.ndarray | None], np.ndarray]
+
+
+@dataclass(frozen=True)
+class LibraryTheory:
+    """A vectorised theory. ``prob(params, A, B, ctx, prev)`` -> P(A) of shape (S, T); ``prev`` (S, T) holds the
+    previous response (-1 on the first trial) and is given only to ``history_dependent`` theories.
+
+    ``spec`` is the JSON recipe that rebuilds this theory (``theory_from_spec``); ``content_id`` hashes it.
+    """
+
+    name: str
+    family: str
+    prose: str
+    params: ParamSpace
+    prob: ProbFn = field(repr=False, compare=False)
+    spec: dict = field(default_factory=dict)
+    policy: Literal["sample", "argmax"] = "sample"
+    history_dependent: bool = False
+
+    @property
+    def content_id(self) -> str:
+        return sha256({"spec": self.spec, "params": self.params.to_json(), "policy": self.policy})[:16]
+
+    def prob_batch(self, params: dict, A: np.ndarray, B: np.ndarray, ctx: dict,
+                   prev: np.ndarray | None = None) -> np.ndarray:
+        return self.prob(params, A, B, ctx, prev)
+
+    def predict(self, params: dict, stimulus: np.ndarray, history: dict) -> np.ndarray:
+        """Per-trial reference interface [C]: stimulus (2, F), history dict of lists -> probabilities (2,)."""
+        p1 = {k: np.asarray(v)[None] for k, v in params.items()}
+        A = np.asarray(stimulus[0], float)[None, None]
+        B = np.asarray(stimulus[1], float)[None, None]
+        resp = history.get("response", [])
+        prev = np.array([[resp[-1] if resp else -1]])
+        pa = float(self.prob(p1, A, B, history.get("_ctx", {}), prev)[0, 0])
+        return np.array([pa, 1 - pa])
+
+    def core_sign(self, A: np.ndarray, B: np.ndarray, ctx: dict) -> np.ndarray:
+        """The deterministic core (β → ∞, ε = 0, mechanism parameters at prior midpoints): +1 A, -1 B, 0 tie."""
+        p = self.params.midpoint(ctx)
+        p = {k: v for k, v in p.items()}
+        p["beta"] = np.array([1e6])
+        p["eps"] = np.array([0.0])
+        pa = self.prob(p, A, B, ctx, None)
+        return np.where(pa > 0.5 + 1e-9, 1, np.where(pa < 0.5 - 1e-9, -1, 0))
