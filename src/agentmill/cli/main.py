@@ -25,6 +25,7 @@ EXECUTORS = ("serial", "process", "ray")
 COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.tree",
     "agentmill.cli.maze",
+    "agentmill.cli.autocog",
 )
 
 
