@@ -1,0 +1,249 @@
+"""FastAPI participant app (spec autocog §6.8). ``create_app(store, study, test_mode)``; ``serve(...)`` runs uvicorn.
+
+Hardening: CSP ``default-src 'self'``, ``nosniff``, no CORS, bodies > 16 KB -> 413, per-token rate limit
+(20 requests/s), parameterised SQL only, unknown/expired token -> one identical 404 body, trial before consent ->
+403, bad index/body -> 422, conflicting duplicate -> 409, ``complete`` before all trials -> 409, admin without its
+bearer token -> 401. No token, PID or IP is logged. ``test_mode`` (loopback only) adds fault injection.
+"""
+
+
+
+import json
+import os
+import secrets
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+
+STATIC = Path(__file__).with_name("static")
+NOT_FOUND = {"detail": "not found"}
+DEFAULT_STUDY = {
+    "study_id": "autocog-demo", "title": "Choosing between two products",
+    "consent_text": "This is a short decision study (about 10 minutes). Your choices are stored anonymously. "
+                    "You may stop at any time. Do you agree to take part?",
+    "consent_version": "v1",
+    "instructions": "On each trial you see two products, A-side on the left or right, each rated by several experts. "
+                    "The panel above shows how accurate each expert has been. Pick the product you think is better: "
+                    "press F for the left product or J for the right one (or click the button).",
+    "keys": {"left": "f", "right": "j"}, "completion_code": None, "ethics_reference": None,
+}
+
+
+def create_app(store, study: dict | None = None, *, test_mode: bool = False, admin_token: str | None = None):
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.responses import FileResponse, JSONResponse, Response
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the participant app needs fastapi: pip install 'agentmill[serve]'") from e
+
+    study = {**DEFAULT_STUDY, **(study or {})}
+    admin_token = admin_token or os.environ.get("AUTOCOG_ADMIN_TOKEN") or secrets.token_urlsafe(16)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.admin_token = admin_token
+    app.state.faults = {"trials": 0}
+    hits: dict[str, deque] = defaultdict(deque)
+
+    @app.middleware("http")
+    async def harden(request: Request, call_next):
+        cl = request.headers.get("content-length")
+        if cl is not None and int(cl) > 16 * 1024:
+            return JSONResponse({"detail": "body too large"}, status_code=413)
+        parts = request.url.path.split("/")
+        if len(parts) > 3 and parts[1] == "api" and parts[2] == "s":
+            q = hits[parts[3]]
+            now = time.monotonic()
+            while q and now - q[0] > 1.0:
+                q.popleft()
+            if len(q) >= 20:
+                return JSONResponse({"detail": "rate limited"}, status_code=429)
+            q.append(now)
+            if test_mode and request.method == "PUT" and app.state.faults["trials"] > 0:
+                app.state.faults["trials"] -= 1
+                return JSONResponse({"detail": "injected fault"}, status_code=503)
+        resp = await call_next(request)
+        resp.headers["Content-Security-Policy"] = "default-src 'self'"
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    def _sess(token: str):
+        return store.session(token)
+
+    async def _json(request: Request) -> dict | None:
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(status_code=204)
+
+    @app.get("/s/{token}")
+    def page(token: str):
+        if _sess(token) is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/static/{name}")
+    def static(name: str):
+        if name not in ("task.js", "task.css"):
+            return JSONResponse(NOT_FOUND, status_code=404)
+        return FileResponse(STATIC / name, media_type="text/javascript" if name.endswith(".js") else "text/css")
+
+    @app.get("/api/s/{token}")
+    def bootstrap(token: str):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        design = store.design(s["obs_id"])
+        sched = json.loads(s["schedule_json"])
+        return {"status": s["status"], "title": study["title"], "consent_text": study["consent_text"],
+                "consent_version": study["consent_version"], "instructions": study["instructions"],
+                "keys": study["keys"], "validities": design["validities"], "rating_max": design["rating_max"],
+                "schedule": [{k: t[k] for k in ("trial_idx", "a", "b", "side_a")} for t in sched],
+                "acked": store.acked(s["session_id"]), "completion_code": s["completion_code"]}
+
+    @app.post("/api/s/{token}/consent")
+    async def consent(token: str, request: Request):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        b = await _json(request)
+        if b is None or not isinstance(b.get("agree"), bool):
+            return JSONResponse({"detail": "agree (bool) required"}, status_code=422)
+        status = store.consent(s["session_id"], b["agree"], str(b.get("consent_version", "")),
+                               str(b.get("honeypot", ""))[:200], b.get("pid"))
+        return {"status": status}
+
+    @app.post("/api/s/{token}/quiz")
+    async def quiz(token: str, request: Request):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        if s["status"] not in ("consented", "in_task"):
+            return JSONResponse({"detail": "consent first"}, status_code=403)
+        b = await _json(request) or {}
+        v = store.design(s["obs_id"])["validities"]
+        correct = b.get("best_expert") == int(max(range(len(v)), key=lambda i: v[i])) and \
+            b.get("left_key") == study["keys"]["left"]
+        return {"status": store.quiz(s["session_id"], correct), "correct": correct}
+
+    @app.put("/api/s/{token}/trials/{trial_idx}")
+    async def put_trial(token: str, trial_idx: int, request: Request):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        if s["status"] not in ("in_task", "completed"):
+            return JSONResponse({"detail": "consent and instructions first"}, status_code=403)
+        b = await _json(request)
+        n = len(json.loads(s["schedule_json"]))
+        acked = store.acked(s["session_id"])
+        if b is None or b.get("side_pressed") not in ("L", "R") or not isinstance(b.get("rt_ms"), (int, float)) \
+                or not 0 <= trial_idx < n or trial_idx > (max(acked) if acked else -1) + 8:
+            return JSONResponse({"detail": "bad trial index or body"}, status_code=422)
+        res = store.put_trial(s, trial_idx, b["side_pressed"], b["rt_ms"], b.get("client_ts"))
+        if res == "conflict":
+            return JSONResponse({"status": "conflict"}, status_code=409)
+        return {"status": res}
+
+    @app.post("/api/s/{token}/events")
+    async def events(token: str, request: Request):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        b = await _json(request)
+        if b is None or not isinstance(b.get("event_id"), str) or b.get("kind") not in ("refresh", "blur", "focus"):
+            return JSONResponse({"detail": "event_id and kind required"}, status_code=422)
+        return {"new": store.event(s["session_id"], b["event_id"][:64], b["kind"], b.get("payload") or {})}
+
+    @app.post("/api/s/{token}/complete")
+    def complete(token: str):
+        s = _sess(token)
+        if s is None:
+            return JSONResponse(NOT_FOUND, status_code=404)
+        code = store.complete(s)
+        if code is None:
+            return JSONResponse({"detail": "not all trials stored"}, status_code=409)
+        return {"completion_code": study.get("completion_code") or code}
+
+    def _admin(request: Request) -> bool:
+        return secrets.compare_digest(request.headers.get("authorization", ""), f"Bearer {admin_token}")
+
+    @app.post("/admin/observations")
+    async def add_obs(request: Request):
+        if not _admin(request):
+            return JSONResponse({"detail": "unauthorised"}, status_code=401)
+        b = await _json(request)
+        try:
+            store.add_observation(b["obs_id"], b["design"])
+        except (KeyError, TypeError, ValueError) as e:
+            return JSONResponse({"detail": str(e)}, status_code=422)
+        return {"ok": True}
+
+    @app.post("/admin/sessions")
+    def add_sessions(request: Request, obs: str, n: int = 1):
+        if not _admin(request):
+            return JSONResponse({"detail": "unauthorised"}, status_code=401)
+        try:
+            toks = store.create_sessions(obs, n)
+        except KeyError as e:
+            return JSONResponse({"detail": str(e)}, status_code=422)
+        return {"urls": [f"/s/{t}" for t in toks]}
+
+    @app.get("/admin/progress")
+    def progress(request: Request):
+        if not _admin(request):
+            return JSONResponse({"detail": "unauthorised"}, status_code=401)
+        out: dict = {}
+        for s in store.sessions():
+            out.setdefault(s["obs_id"], {}).setdefault(s["status"], 0)
+            out[s["obs_id"]][s["status"]] += 1
+        return out
+
+    @app.get("/admin/export")
+    def export_(request: Request, format: str = "jsonl", include_excluded: bool = True):
+        if not _admin(request):
+            return JSONResponse({"detail": "unauthorised"}, status_code=401)
+        from agentmill.methods.autocog.web.export import rows
+
+        trials, parts = rows(store, include_excluded=include_excluded)
+        if format == "jsonl":
+            return Response("".join(json.dumps(r, sort_keys=True) + "\n" for r in trials),
+                            media_type="application/x-ndjson")
+        return JSONResponse({"detail": "format: jsonl (CSV via the CLI export)"}, status_code=422)
+
+    if test_mode:
+        @app.post("/test/faults")
+        def faults(trials: int = 0):
+            app.state.faults["trials"] = trials
+            return app.state.faults
+
+    return app
+
+
+def serve(*, db: str, study: str | None = None, host: str = "127.0.0.1", port: int = 8765,
+          test_mode: bool = False) -> int:
+    import sys
+
+    try:
+        import uvicorn
+    except ImportError:
+        print("serve needs uvicorn: pip install 'agentmill[serve]'", file=sys.stderr)
+        return 2
+    from agentmill.methods.autocog.web.store import Store
+
+    cfg = json.loads(Path(study).read_text()) if study else {}
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    if not loopback and not cfg.get("ethics_reference"):
+        print(f"refusing to bind {host}: a non-loopback host needs ethics_reference in the study config",
+              file=sys.stderr)
+        return 2
+    if test_mode and not loopback:
+        print("--test-mode is loopback only", file=sys.stderr)
+        return 2
+    app = create_app(Store(db), cfg, test_mode=test_mode)
+    print(f"admin token: {app.state.admin_token}", file=sys.stderr)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    return 0

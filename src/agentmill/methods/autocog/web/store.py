@@ -1,0 +1,203 @@
+"""SQLite storage for the participant app (spec autocog §6.8): WAL, synchronous=FULL, idempotent trial writes.
+
+A trial PUT is ``INSERT … ON CONFLICT DO NOTHING`` followed by a comparison with the stored row: identical ->
+duplicate (200), different -> conflict (409, the attempt is logged in ``conflicts``; first write wins). Every write
+commits before the response is sent, so an acknowledged trial survives a server kill. Tokens are
+``secrets.token_urlsafe(16)``; only their SHA-256 is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agentmill.core.seeding import derive_seed
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations(obs_id TEXT PRIMARY KEY, design_json TEXT NOT NULL, design_hash TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'open');
+CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, token_sha256 TEXT UNIQUE NOT NULL, obs_id TEXT NOT NULL,
+  schedule_json TEXT NOT NULL, status TEXT NOT NULL, created REAL, consented REAL, completed REAL,
+  consent_version TEXT, pid_hmac TEXT, refresh_count INTEGER DEFAULT 0, focus_loss_count INTEGER DEFAULT 0,
+  blur_ms INTEGER DEFAULT 0, honeypot TEXT, quiz_attempts INTEGER DEFAULT 0, completion_code TEXT);
+CREATE TABLE IF NOT EXISTS trials(session_id TEXT NOT NULL, trial_idx INTEGER NOT NULL, pair_idx INTEGER NOT NULL,
+  is_catch INTEGER NOT NULL, a_json TEXT NOT NULL, b_json TEXT NOT NULL, side_a TEXT NOT NULL, side_pressed TEXT NOT NULL,
+  response_option INTEGER NOT NULL, rt_ms REAL NOT NULL, client_ts REAL, server_ts REAL NOT NULL,
+  PRIMARY KEY(session_id, trial_idx));
+CREATE TABLE IF NOT EXISTS events(session_id TEXT NOT NULL, event_id TEXT NOT NULL, kind TEXT NOT NULL, payload TEXT,
+  ts REAL, PRIMARY KEY(session_id, event_id));
+CREATE TABLE IF NOT EXISTS conflicts(session_id TEXT, trial_idx INTEGER, payload TEXT, ts REAL);
+CREATE TABLE IF NOT EXISTS raw_pids(session_id TEXT PRIMARY KEY, pid TEXT);
+"""
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def build_schedule(design: dict, seed: int, n_catch: int = 4) -> list[dict]:
+    """Server-side schedule: the design's pairs replicated K times, shuffled; A's screen side balanced per pair
+    (alternating over repeats, random start); catch (dominance) trials at 20/40/60/80% of the session."""
+    from agentmill.methods.autocog.design import Design, catch_pairs
+
+    d = Design.from_json(design)
+    rng = np.random.default_rng(seed)
+    idx = d.schedules(rng, 1)[0]
+    start = rng.integers(0, 2, d.n_unique)
+    seen = np.zeros(d.n_unique, int)
+    trials = []
+    for p in idx:
+        side = "L" if (start[p] + seen[p]) % 2 == 0 else "R"
+        seen[p] += 1
+        trials.append({"pair_idx": int(p), "is_catch": False, "a": list(d.pairs_a[p]), "b": list(d.pairs_b[p]),
+                       "side_a": side})
+    catches = catch_pairs(d.n_features, d.rating_max, n_catch)
+    n = len(trials) + n_catch
+    for k, (a, b) in enumerate(catches):
+        pos = int(round(n * (k + 1) / (n_catch + 1)))
+        trials.insert(min(pos, len(trials)), {"pair_idx": -1, "is_catch": True, "a": list(a), "b": list(b),
+                                              "side_a": "L" if rng.random() < 0.5 else "R"})
+    for i, t in enumerate(trials):
+        t["trial_idx"] = i
+    return trials
+
+
+class Store:
+    def __init__(self, path: str | Path, *, secret: str | None = None) -> None:
+        self.path = Path(path)
+        self.secret = (secret or "agentmill-autocog").encode()
+        with self._conn() as c:
+            c.executescript(SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        c = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=FULL")
+        c.execute("PRAGMA busy_timeout=5000")
+        c.row_factory = sqlite3.Row
+        return c
+
+    # -- admin ------------------------------------------------------------------------------------------------
+    def add_observation(self, obs_id: str, design: dict) -> None:
+        from agentmill.methods.autocog.design import Design
+
+        d = Design.from_json(design)  # validates
+        with self._conn() as c:
+            c.execute("INSERT INTO observations(obs_id, design_json, design_hash) VALUES (?,?,?) "
+                      "ON CONFLICT DO NOTHING", (obs_id, json.dumps(design), d.content_id()))
+
+    def create_sessions(self, obs_id: str, n: int) -> list[str]:
+        with self._conn() as c:
+            row = c.execute("SELECT design_json FROM observations WHERE obs_id=?", (obs_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown observation {obs_id!r}")
+            toks = []
+            for _ in range(n):
+                tok = secrets.token_urlsafe(16)
+                sid = secrets.token_hex(8)
+                sched = build_schedule(json.loads(row["design_json"]), derive_seed(obs_id, sid))
+                c.execute("INSERT INTO sessions(session_id, token_sha256, obs_id, schedule_json, status, created) "
+                          "VALUES (?,?,?,?,?,?)", (sid, token_hash(tok), obs_id, json.dumps(sched), "new", time.time()))
+                toks.append(tok)
+            return toks
+
+    # -- participant ------------------------------------------------------------------------------------------
+    def session(self, token: str) -> dict | None:
+        h = token_hash(token)
+        with self._conn() as c:
+            row = c.execute("SELECT * FROM sessions WHERE token_sha256=?", (h,)).fetchone()
+        if row is None or not hmac.compare_digest(row["token_sha256"], h):
+            return None
+        return dict(row)
+
+    def design(self, obs_id: str) -> dict:
+        with self._conn() as c:
+            return json.loads(c.execute("SELECT design_json FROM observations WHERE obs_id=?",
+                                        (obs_id,)).fetchone()["design_json"])
+
+    def acked(self, sid: str) -> list[int]:
+        with self._conn() as c:
+            return [r[0] for r in c.execute("SELECT trial_idx FROM trials WHERE session_id=? ORDER BY trial_idx",
+                                            (sid,))]
+
+    def consent(self, sid: str, agree: bool, version: str, honeypot: str, pid: str | None) -> str:
+        status = "consented" if agree else "declined"
+        pid_h = hmac.new(self.secret, pid.encode(), hashlib.sha256).hexdigest() if pid else None
+        with self._conn() as c:
+            c.execute("UPDATE sessions SET status=CASE WHEN status='new' THEN ? ELSE status END, consented=?, "
+                      "consent_version=?, honeypot=?, pid_hmac=COALESCE(pid_hmac, ?) WHERE session_id=?",
+                      (status, time.time(), version, honeypot or "", pid_h, sid))
+            return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+
+    def quiz(self, sid: str, correct: bool) -> str:
+        with self._conn() as c:
+            c.execute("UPDATE sessions SET quiz_attempts=quiz_attempts+1 WHERE session_id=?", (sid,))
+            n = c.execute("SELECT quiz_attempts FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+            if correct:
+                c.execute("UPDATE sessions SET status='in_task' WHERE session_id=? AND status='consented'", (sid,))
+            elif n >= 2:
+                c.execute("UPDATE sessions SET status='failed_quiz' WHERE session_id=?", (sid,))
+            return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+
+    def put_trial(self, sess: dict, idx: int, side_pressed: str, rt_ms: float, client_ts: float | None) -> str:
+        """'stored' | 'duplicate' | 'conflict'. The response option is derived from the stored side_a."""
+        t = json.loads(sess["schedule_json"])[idx]
+        resp = 0 if side_pressed == t["side_a"] else 1
+        row = (sess["session_id"], idx, t["pair_idx"], int(t["is_catch"]), json.dumps(t["a"]), json.dumps(t["b"]),
+               t["side_a"], side_pressed, resp, float(rt_ms), client_ts, time.time())
+        with self._conn() as c:
+            cur = c.execute("INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", row)
+            if cur.rowcount == 1:
+                return "stored"
+            old = c.execute("SELECT side_pressed, rt_ms FROM trials WHERE session_id=? AND trial_idx=?",
+                            (sess["session_id"], idx)).fetchone()
+            if old["side_pressed"] == side_pressed and abs(old["rt_ms"] - float(rt_ms)) < 1e-6:
+                return "duplicate"
+            c.execute("INSERT INTO conflicts VALUES (?,?,?,?)", (sess["session_id"], idx, json.dumps(
+                {"side_pressed": side_pressed, "rt_ms": rt_ms}), time.time()))
+            return "conflict"
+
+    def event(self, sid: str, event_id: str, kind: str, payload: dict) -> bool:
+        with self._conn() as c:
+            cur = c.execute("INSERT INTO events VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+                            (sid, event_id, kind, json.dumps(payload), time.time()))
+            if cur.rowcount == 1:
+                if kind == "refresh":
+                    c.execute("UPDATE sessions SET refresh_count=refresh_count+1 WHERE session_id=?", (sid,))
+                elif kind == "blur":
+                    c.execute("UPDATE sessions SET focus_loss_count=focus_loss_count+1, blur_ms=blur_ms+? "
+                              "WHERE session_id=?", (int(payload.get("ms", 0)), sid))
+            return cur.rowcount == 1
+
+    def complete(self, sess: dict) -> str | None:
+        n = len(json.loads(sess["schedule_json"]))
+        with self._conn() as c:
+            got = c.execute("SELECT COUNT(*) FROM trials WHERE session_id=?", (sess["session_id"],)).fetchone()[0]
+            if got < n:
+                return None
+            code = sess["completion_code"] or "C" + hashlib.sha256(self.secret + sess["session_id"].encode()).hexdigest()[:8].upper()
+            c.execute("UPDATE sessions SET status='completed', completed=COALESCE(completed, ?), completion_code=? "
+                      "WHERE session_id=?", (time.time(), code, sess["session_id"]))
+            return code
+
+    # -- read-out ---------------------------------------------------------------------------------------------
+    def sessions(self, obs_id: str | None = None) -> list[dict]:
+        with self._conn() as c:
+            q = "SELECT * FROM sessions" + (" WHERE obs_id=?" if obs_id else "") + " ORDER BY created, session_id"
+            return [dict(r) for r in c.execute(q, (obs_id,) if obs_id else ())]
+
+    def trials(self, sid: str) -> list[dict]:
+        with self._conn() as c:
+            return [dict(r) for r in c.execute("SELECT * FROM trials WHERE session_id=? ORDER BY trial_idx", (sid,))]
+
+    def count(self, table: str) -> int:
+        assert table in ("trials", "conflicts", "events", "sessions")
+        with self._conn() as c:
+            return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
