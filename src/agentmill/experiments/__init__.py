@@ -23,6 +23,9 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e163_maze_separation",
     "agentmill.experiments.e163_maze_distill",
     "agentmill.experiments.e163_maze_llm",
+    "agentmill.experiments.e176_library",
+    "agentmill.experiments.e176_gate",
+    "agentmill.experiments.e176_recovery",
 )
 
 _registry: dict[str, Experiment] | None = None
