@@ -345,6 +345,11 @@ def theory_from_spec(spec: dict) -> LibraryTheory:
     """Rebuild a library or program theory from its JSON recipe (ledger replay)."""
     from agentmill.methods.autocog.theory import _spec_from_json
 
+    if spec["factory"] == "code":
+        from agentmill.methods.autocog.theory import CodeTheory, ParamSpace as PS
+
+        return CodeTheory(spec["name"], spec["prose"], spec["source"], PS.from_json(spec["params"]),
+                          spec.get("policy", "sample"))
     if spec["factory"] == "program":
         return program(spec["transform"], spec["weighting"], spec["comparison"],
                        {k: tuple(v) for k, v in spec["ranges"].items()}, policy=spec.get("policy", "sample"))

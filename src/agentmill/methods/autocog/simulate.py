@@ -71,7 +71,10 @@ def simulate(theory, design: Design, n_subjects: int, seed: int | tuple, *, acti
     u = rng_for(*key, "choice").random(pair_idx.shape)
     noise_u = rng_for(*key, "noise").random(pair_idx.shape)
     coin = rng_for(*key, "coin").random(pair_idx.shape) < 0.5
-    if not theory.history_dependent:
+    if hasattr(theory, "simulate_in_sandbox"):  # code theories: the whole batch in one sandboxed child
+        p, resp = theory.simulate_in_sandbox(params, A, B, u)
+        resp = np.where(noise_u < action_noise, coin.astype(int), resp)
+    elif not theory.history_dependent:
         p = theory.prob_batch(params, A, B, ctx)
         resp = choose(p, u, theory.policy)
         resp = np.where(noise_u < action_noise, coin.astype(int), resp)

@@ -260,3 +260,44 @@ class LibraryTheory:
         p["eps"] = np.array([0.0])
         pa = self.prob(p, A, B, ctx, None)
         return np.where(pa > 0.5 + 1e-9, 1, np.where(pa < 0.5 - 1e-9, -1, 0))
+
+
+@dataclass(frozen=True)
+class CodeTheory:
+    """A theory whose ``predict(params, stimulus, history) -> (2,)`` source comes from an LLM or a file. Every call
+    runs in the sandbox (:mod:`agentmill.methods.autocog.sandbox`); ``simulate`` runs the whole batch in one child.
+    Randomness stays on the project's generator: the child receives the uniforms and applies the policy."""
+
+    name: str
+    prose: str
+    source: str
+    params: ParamSpace
+    policy: Literal["sample", "argmax"] = "sample"
+    history_dependent: bool = True
+    family: str = "code"
+
+    @property
+    def spec(self) -> dict:
+        return {"factory": "code", "name": self.name, "prose": self.prose, "source": self.source,
+                "params": self.params.to_json(), "policy": self.policy}
+
+    @property
+    def content_id(self) -> str:
+        return sha256(self.spec)[:16]
+
+    def prob_batch(self, params: dict, A: np.ndarray, B: np.ndarray, ctx: dict, prev=None) -> np.ndarray:
+        from agentmill.methods.autocog.sandbox import run_batch
+
+        res = run_batch(self.source, A, B, params)  # history-free evaluation (empty history per trial)
+        return np.asarray(res["probs"], float)
+
+    def simulate_in_sandbox(self, params: dict, A: np.ndarray, B: np.ndarray, u: np.ndarray) -> tuple:
+        from agentmill.methods.autocog.sandbox import run_batch
+
+        res = run_batch(self.source, A, B, params, u=u, policy=self.policy)
+        return np.asarray(res["probs"], float), np.asarray(res["resps"], int)
+
+    def core_sign(self, A, B, ctx):
+        p = self.params.midpoint(ctx)
+        pa = self.prob_batch({k: np.repeat(v, A.shape[0], 0) for k, v in p.items()}, A, B, ctx)
+        return np.where(pa > 0.5 + 1e-9, 1, np.where(pa < 0.5 - 1e-9, -1, 0))
