@@ -1,7 +1,7 @@
 """Hash-chained, append-only JSONL ledger with content-addressed blobs and atomic snapshots (spec autocog §6.7).
 
 Each line: ``{seq, ts, run_id, round, slot, step, kind, payload_sha256, payload | blob, prev_hash, hash}`` with
-``hash = sha256(prev_hash ‖ canonical(payload))``; ``ts`` is informational and outside the hash, so a resumed run
+``hash = sha256(prev_hash ‖ canonical({step, kind, round, slot, payload_sha256}))``; ``ts`` is informational and outside the hash, so a resumed run
 reproduces the uninterrupted run's head hash. Every event is flushed and fsynced before the call returns. A torn
 last line (a crash mid-write) is truncated on open and reported in ``repaired``.
 """
@@ -28,6 +28,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _chain(prev: str, step: str, kind: str, round, slot, payload_sha256: str) -> str:
+    """hash = sha256(prev_hash ‖ canonical({step, kind, round, slot, payload_sha256})): the spec's chain over the
+    payload, extended to the event's identity fields so a relabelled event is detected too [R]."""
+    head = canonical({"step": step, "kind": kind, "round": round, "slot": slot, "payload_sha256": payload_sha256})
+    return hashlib.sha256(prev.encode() + head).hexdigest()
 
 
 class Ledger:
@@ -88,7 +95,7 @@ class Ledger:
             raise ValueError(f"step {step!r} is already in the ledger (duplicate)")
         body = canonical(payload)
         psha = hashlib.sha256(body).hexdigest()
-        h = hashlib.sha256(self.head.encode() + body).hexdigest()
+        h = _chain(self.head, step, kind, round, slot, psha)
         ev: dict[str, Any] = {"seq": len(self.events), "ts": time.time(), "run_id": self.run_id, "round": round,
                               "slot": slot, "step": step, "kind": kind, "payload_sha256": psha,
                               "prev_hash": self.head, "hash": h}
@@ -118,7 +125,8 @@ class Ledger:
                 continue
             if hashlib.sha256(body).hexdigest() != ev["payload_sha256"]:
                 problems.append(f"seq {ev['seq']}: payload hash mismatch")
-            if ev["prev_hash"] != prev or hashlib.sha256(prev.encode() + body).hexdigest() != ev["hash"]:
+            if ev["prev_hash"] != prev or _chain(prev, ev["step"], ev["kind"], ev["round"], ev["slot"],
+                                                 hashlib.sha256(body).hexdigest()) != ev["hash"]:
                 problems.append(f"seq {ev['seq']}: hash chain broken")
             prev = ev["hash"]
         return problems
