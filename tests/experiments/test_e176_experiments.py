@@ -61,3 +61,12 @@ def test_recovery_smoke(tmp_path) -> None:
     assert -1 <= m["ac7_mean_r"].value <= 1
     assert len(ctx.data["runs"]) == 1 and ctx.data["battery_check"]["1"]["passed"]
     assert len(exp.plots(ctx.data, tmp_path)) == 2
+
+
+def test_scoring_smoke(tmp_path) -> None:
+    exp = get("e176.scoring")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    r = ctx.data["runs"][0]
+    assert r["gt"] == "ttb" and len(r["ranks"]) == 2 and m["ac6_truth_rank1_share"].value in (0.0, 1.0)
+    assert len(exp.plots(ctx.data, tmp_path)) == 1

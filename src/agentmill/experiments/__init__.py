@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e176_library",
     "agentmill.experiments.e176_gate",
     "agentmill.experiments.e176_recovery",
+    "agentmill.experiments.e176_scoring",
 )
 
 _registry: dict[str, Experiment] | None = None
