@@ -136,6 +136,8 @@ class AutoCogLoop:
                                     "gate_passed": prop["gate"]["accepted"]}, round=rnd, slot=k)
                 self._step(f"r{rnd}/s{k}/request", "data_requested", lambda: {"obs_id": obs_id, "n": cfg.n_real},
                            round=rnd, slot=k)
+                if hasattr(self.cohort, "request"):  # idempotent: recruiting for both observations starts now
+                    self.cohort.request(obs_id, Design.from_json(prop["design"]))
                 self.obs.append({"obs_id": obs_id, "round": rnd, "slot": k, "design": Design.from_json(prop["design"]),
                                  "metric": TemplateMetric.from_json(prop["metric"]), "real": None, "preds": {},
                                  "gate_passed": prop["gate"]["accepted"], "seed": derive_seed(cfg.seed, obs_id),
