@@ -1,0 +1,90 @@
+"""Configuration of the ragged Llama engine (dspark spec §6.2).
+
+``LlamaConfig`` is the architecture, read from a transformers config; ``EngineConfig`` is how the engine runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The Llama-family architecture: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_hf(cls, cfg: Any) -> "LlamaConfig":
+        """Read a transformers ``LlamaConfig``; refuse what this engine does not implement (rather than drift)."""
+        if getattr(cfg, "model_type", "llama") != "llama":
+            raise ValueError(f"the engine runs Llama-family models, got model_type={cfg.model_type!r}")
+        scaling = getattr(cfg, "rope_scaling", None)
+        rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope scaling {rope_type!r} is not implemented by the engine")
+        if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+            raise ValueError("attention/MLP biases are not implemented by the engine")
+        if getattr(cfg, "hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act {cfg.hidden_act!r} is not implemented by the engine (SwiGLU uses silu)")
+        heads = int(cfg.num_attention_heads)
+        theta = getattr(cfg, "rope_theta", None)
+        if theta is None:  # transformers >= 5 keeps it in rope_parameters
+            theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        return cls(
+            vocab_size=int(cfg.vocab_size),
+            hidden_size=int(cfg.hidden_size),
+            intermediate_size=int(cfg.intermediate_size),
+            num_layers=int(cfg.num_hidden_layers),
+            num_heads=heads,
+            num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
+            rms_norm_eps=float(cfg.rms_norm_eps),
+            rope_theta=float(theta),
+            max_position_embeddings=int(cfg.max_position_embeddings),
+            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+        )
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """fp32 bytes of K and V for one token over all layers (SmolLM2-135M: 30 × 2 × 3 × 64 × 4 = 46 080)."""
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * 4
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine runs a model."""
+
+    dtype: Literal["float32", "bfloat16", "float64"] = "float32"
+    """Weights, activations and KV; logits are always returned as float32."""
+    threads: int = 1
+    """torch intra-op threads set by the engine before its forwards (one forward thread; 2 cores here)."""
+    max_model_len: int = 2048
+    """Longest sequence (prompt + generation) a request may reach."""
+    kv_budget_bytes: int = 4 << 30
+    """Byte budget of all KV caches together; allocation beyond it raises ``KVBudgetError``."""
+    attention: Literal["per_request", "padded"] = "per_request"
+    """Per-request SDPA over each request's own KV, or one padded batch (must agree within 1e-5 in fp32)."""
+    tap_layers: tuple[int, ...] = ()
+    """Hidden states returned per token: -1 = embeddings, i = output of layer i (DeepSpec's convention)."""
+    return_final_hidden: bool = False
+    """Also return the final-norm hidden state of every token (the drafter's feature cache)."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float64"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float64, got {self.dtype!r}")
+        if self.threads < 1 or self.max_model_len < 1 or self.kv_budget_bytes < 1:
+            raise ValueError("threads, max_model_len and kv_budget_bytes must be positive")
+        if self.attention not in ("per_request", "padded"):
+            raise ValueError(f"attention must be per_request or padded, got {self.attention!r}")
