@@ -58,7 +58,7 @@ def test_participant_in_headless_chromium(study, tmp_path) -> None:
     drv = _driver()
     expected: dict[int, int] = {}
     try:
-        wait = WebDriverWait(drv, 20)
+        wait = WebDriverWait(drv, 30)
         drv.get(f"{base}/s/{tok}")
         wait.until(lambda d: d.find_element(By.ID, "screen-consent").is_displayed())
         drv.save_screenshot(str(tmp_path / "consent.png"))

@@ -16,10 +16,19 @@
   }
   function outbox() { try { return JSON.parse(localStorage.getItem(OUTBOX) || "{}"); } catch (e) { return {}; } }
   function saveOutbox(o) { localStorage.setItem(OUTBOX, JSON.stringify(o)); }
-  async function post(path, body) {
-    const r = await fetch(api + path, { method: "POST", headers: { "Content-Type": "application/json" },
+  // every request is retried on network errors, 429 (rate limit) and 5xx with back-off; other answers are final
+  async function req(path, opts) {
+    for (let k = 0; ; k++) {
+      try {
+        const r = await fetch(api + path, opts);
+        if (r.status !== 429 && r.status < 500) return r;
+      } catch (e) { /* offline: retry */ }
+      await sleep(Math.min(8000, 250 * Math.pow(2, k)));
+    }
+  }
+  function post(path, body) {
+    return req(path, { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body || {}) });
-    return r;
   }
   function sleep(ms) { return new Promise((res) => setTimeout(res, ms)); }
 
@@ -114,7 +123,7 @@
   });
 
   async function start() {
-    const r = await fetch(api);
+    const r = await req("", {});
     if (!r.ok) { show("end"); $("end-msg").textContent = "This link is not valid."; return; }
     boot = await r.json();
     boot.acked.forEach((i) => { acked.add(i); answered.add(i); });
