@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.tree",
     "agentmill.cli.maze",
     "agentmill.cli.autocog",
+    "agentmill.cli.serve",
 )
 
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from agentmill.lm.engine import (  # noqa: E402
+from agentmill.lm.engine import (
     EngineConfig,
     KVBudgetError,
     LlamaConfig,

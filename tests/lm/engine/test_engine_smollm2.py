@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agentmill.lm.engine import EngineConfig, LlamaEngine, RaggedBatch, SamplingParams  # noqa: E402
-from agentmill.lm.hf import load  # noqa: E402
+from agentmill.lm.engine import EngineConfig, LlamaEngine, RaggedBatch, SamplingParams
+from agentmill.lm.hf import load
 
 pytestmark = [pytest.mark.hf, pytest.mark.slow]
 

@@ -26,7 +26,7 @@ class LlamaConfig:
     tie_word_embeddings: bool
 
     @classmethod
-    def from_hf(cls, cfg: Any) -> "LlamaConfig":
+    def from_hf(cls, cfg: Any) -> LlamaConfig:
         """Read a transformers ``LlamaConfig``; refuse what this engine does not implement (rather than drift)."""
         if getattr(cfg, "model_type", "llama") != "llama":
             raise ValueError(f"the engine runs Llama-family models, got model_type={cfg.model_type!r}")

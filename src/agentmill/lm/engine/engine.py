@@ -40,10 +40,11 @@ class SamplingParams:
 class LlamaEngine:
     """A Llama-family target with per-request KV caches. One thread owns an engine."""
 
-    def __init__(self, cfg: LlamaConfig, weights: dict[str, Any], ecfg: EngineConfig = EngineConfig(), *,
+    def __init__(self, cfg: LlamaConfig, weights: dict[str, Any], ecfg: EngineConfig | None = None, *,
                  tokenizer: Any = None, eos_token_ids: tuple[int, ...] = (), fingerprint: str = ""):
         import torch
 
+        ecfg = ecfg or EngineConfig()
         self.model_config, self.engine_config = cfg, ecfg
         self.model = LlamaForward(cfg, weights, ecfg)
         self.kv = KVPool(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype=self.model.dtype,
@@ -57,9 +58,10 @@ class LlamaEngine:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_hf_model(cls, model: Any, ecfg: EngineConfig = EngineConfig(), *, tokenizer: Any = None,
-                      fingerprint: str = "") -> "LlamaEngine":
+    def from_hf_model(cls, model: Any, ecfg: EngineConfig | None = None, *, tokenizer: Any = None,
+                      fingerprint: str = "") -> LlamaEngine:
         """Take the weights of a loaded transformers ``LlamaForCausalLM`` (the engine keeps its own copy)."""
+        ecfg = ecfg or EngineConfig()
         cfg = LlamaConfig.from_hf(model.config)
         eos = getattr(model.config, "eos_token_id", None)
         eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (int(eos),))
@@ -67,10 +69,11 @@ class LlamaEngine:
                    fingerprint=fingerprint)
 
     @classmethod
-    def smollm2_135m(cls, ecfg: EngineConfig = EngineConfig()) -> "LlamaEngine":
+    def smollm2_135m(cls, ecfg: EngineConfig | None = None) -> LlamaEngine:
         """The embedded SmolLM2-135M-Instruct, weights from the lm layer's verified safetensors cache."""
         from agentmill.lm.hf import load
 
+        ecfg = ecfg or EngineConfig()
         lm = load("smollm2")
         return cls.from_hf_model(lm.model, ecfg, tokenizer=lm.tokenizer,
                                  fingerprint=str(lm.info.get("gguf_sha256", "smollm2"))[:16])

@@ -31,7 +31,7 @@ class RaggedItem:
 class RaggedBatch:
     items: list[RaggedItem] = field(default_factory=list)
 
-    def add(self, seq: int, tokens: list[int], logits: Literal["last", "all", "none"] = "last") -> "RaggedBatch":
+    def add(self, seq: int, tokens: list[int], logits: Literal["last", "all", "none"] = "last") -> RaggedBatch:
         if not tokens:
             raise ValueError(f"sequence {seq}: a batch item needs at least one token")
         self.items.append(RaggedItem(seq, list(tokens), logits))

@@ -1,0 +1,7 @@
+"""The one OpenAI-compatible server of agentmill (dspark spec §6.4): ``create_app`` over a ``BatchingLoop`` that owns
+a ``LlamaEngine``. It holds no algorithm code."""
+
+from agentmill.serve.app import create_app
+from agentmill.serve.loop import BatchingLoop
+
+__all__ = ["BatchingLoop", "create_app"]
