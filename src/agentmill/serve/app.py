@@ -79,8 +79,11 @@ def render_chat(tokenizer: Any, messages: Any) -> list[int]:
         if not isinstance(c, str):
             raise RequestError(f"messages[{i}]: content must be a string or text parts", f"messages[{i}]")
         clean.append({"role": m["role"], "content": c})
+    # The template is used as shipped: SmolLM2's injects a default system message when none is given.
     ids = tokenizer.apply_chat_template(clean, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    if hasattr(ids, "keys"):            # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
 
 
 def render_completion(tokenizer: Any, body: dict[str, Any]) -> list[int]:

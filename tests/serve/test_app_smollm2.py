@@ -1,0 +1,43 @@
+"""Load test on the embedded SmolLM2 (issue 5's bar for the server): 8 concurrent streaming chat clients, zero
+failed requests, each greedy output identical to decoding that request alone."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import pytest
+
+from agentmill.lm.engine import EngineConfig, LlamaEngine, SamplingParams
+from agentmill.serve import BatchingLoop, create_app
+from tests.helpers.openai_app import serve
+
+openai = pytest.importorskip("openai")
+pytestmark = [pytest.mark.hf, pytest.mark.slow]
+
+QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 7 times 8?", "Say hello in Spanish.",
+             "What do bees make?", "Give one synonym for happy.", "How many legs has a spider?", "What is H2O?"]
+
+
+def test_concurrent_streaming_clients_match_single_request_greedy():
+    eng = LlamaEngine.smollm2_135m(EngineConfig(threads=2))
+    loop = BatchingLoop(eng, max_num_seqs=8).start()
+    try:
+        with serve(create_app(loop, served_model_name="smollm2-135m")) as url:
+            def ask(q):
+                c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=300)
+                s = c.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": q}],
+                                              max_tokens=24, temperature=0, stream=True)
+                return "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+
+            with cf.ThreadPoolExecutor(len(QUESTIONS)) as ex:
+                got = list(ex.map(ask, QUESTIONS))
+    finally:
+        loop.stop()
+    assert loop.n_running == 0 and len(eng.kv) == 0
+    tok = eng.tokenizer
+    for q, g in zip(QUESTIONS, got):
+        ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
+        ids = [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+        alone = eng.generate([ids], SamplingParams(temperature=0, max_tokens=24))[0]
+        assert g == tok.decode(alone, skip_special_tokens=True)
+        assert g.strip()
