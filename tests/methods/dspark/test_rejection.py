@@ -13,7 +13,7 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
-from agentmill.methods.dspark.rejection import Proposal, verify  # noqa: E402
+from agentmill.methods.dspark.rejection import Proposal, verify
 
 V, N_TOK = 3, 4
 P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.3, 0.4, 0.3]], dtype=torch.float64)   # target, row = prev
@@ -66,7 +66,7 @@ def chi2_pvalue(samples):
 def test_speculative_sampling_is_lossless(rule):
     g = torch.Generator().manual_seed({"full": 1, "random": 2, "deterministic": 3}[rule])
     if rule == "random":   # verify length from fresh randomness: allowed (non-anticipating)
-        length_rule = lambda toks, g: int(torch.randint(0, 4, (), generator=g))  # noqa: E731
+        length_rule = lambda toks, g: int(torch.randint(0, 4, (), generator=g))
     else:
         length_rule = None
     samples = [spec_decode(g, length_rule=length_rule, deterministic=rule == "deterministic") for _ in range(12000)]
@@ -83,7 +83,7 @@ def test_anticipating_verify_length_is_caught():
 
 def test_greedy_is_argmax_agreement():
     p = torch.tensor([[0.1, 0.9, 0.0], [0.7, 0.2, 0.1], [0.0, 0.0, 1.0]], dtype=torch.float64)
-    one_hot = lambda i: torch.nn.functional.one_hot(torch.tensor(i), 3).double()  # noqa: E731
+    one_hot = lambda i: torch.nn.functional.one_hot(torch.tensor(i), 3).double()
     g = torch.Generator().manual_seed(0)
     # target argmaxes are 1, 0, 2; drafts 1 (agree), 2 (disagree) -> commit 1, then the target's 0
     prop = Proposal(tokens=torch.tensor([[1, 2]]), q=torch.stack([one_hot(1), one_hot(2)])[None], avail=np.array([2]))
