@@ -11,6 +11,7 @@ import pytest
 
 from agentmill.lm.engine import EngineConfig, SamplingParams
 from agentmill.lm.engine.tiny import tiny_llama
+from agentmill.methods.dspark.engine import SpecEngine
 from agentmill.serve import BatchingLoop, create_app
 from tests.helpers.openai_app import serve
 
@@ -21,7 +22,7 @@ openai = pytest.importorskip("openai")
 def server():
     eng = tiny_llama(0, EngineConfig(threads=1, max_model_len=512))
     ref = tiny_llama(0, EngineConfig(threads=1, max_model_len=512))   # a second engine for reference decoding
-    loop = BatchingLoop(eng, max_num_seqs=8).start()
+    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=8)).start()
     with serve(create_app(loop, served_model_name="tiny")) as url:
         yield url, ref, loop
     loop.stop()
@@ -137,4 +138,4 @@ def test_disconnect_mid_stream_frees_the_request(server):
     deadline = time.monotonic() + 10
     while loop.n_running and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert loop.n_running == 0 and len(loop.engine.kv) == 0
+    assert loop.n_running == 0 and len(loop.target.kv) == 0

@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import pytest
 
 from agentmill.lm.engine import EngineConfig, LlamaEngine, SamplingParams
+from agentmill.methods.dspark.engine import SpecEngine
 from agentmill.serve import BatchingLoop, create_app
 from tests.helpers.openai_app import serve
 
@@ -20,7 +21,7 @@ QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 7
 
 def test_concurrent_streaming_clients_match_single_request_greedy():
     eng = LlamaEngine.smollm2_135m(EngineConfig(threads=2))
-    loop = BatchingLoop(eng, max_num_seqs=8).start()
+    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=8)).start()
     try:
         with serve(create_app(loop, served_model_name="smollm2-135m")) as url:
             def ask(q):

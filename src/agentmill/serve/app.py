@@ -112,10 +112,10 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
     from agentmill.serve.metrics import ServerMetrics
 
     app = FastAPI(title="agentmill", docs_url=None, redoc_url=None)
-    metrics = ServerMetrics(policy="off", dtype=loop.engine.engine_config.dtype,
-                            threads=loop.engine.engine_config.threads)
+    metrics = ServerMetrics(policy=loop.policy, dtype=loop.target.engine_config.dtype,
+                            threads=loop.target.engine_config.threads)
     created = int(time.time())
-    vocab = loop.engine.vocab_size
+    vocab = loop.target.vocab_size
 
     def err(e: RequestError) -> JSONResponse:
         return JSONResponse(_error_body(e.message, e.kind, e.param), status_code=e.status)
@@ -222,7 +222,7 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
     @app.get("/health")
     async def health() -> Any:
         ok = loop.alive
-        return JSONResponse({"status": "ok" if ok else "unavailable", "model": served_model_name, "policy": "off"},
+        return JSONResponse({"status": "ok" if ok else "unavailable", "model": served_model_name, "policy": loop.policy},
                             status_code=200 if ok else 503)
 
     @app.get("/v1/models")
