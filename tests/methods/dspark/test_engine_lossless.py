@@ -12,9 +12,9 @@ from scipy import stats
 
 torch = pytest.importorskip("torch")
 
-from agentmill.lm.engine import EngineConfig, RaggedBatch, SamplingParams, warp  # noqa: E402
-from agentmill.lm.engine.tiny import tiny_llama  # noqa: E402
-from agentmill.methods.dspark import SpecEngine  # noqa: E402
+from agentmill.lm.engine import EngineConfig, RaggedBatch, SamplingParams, warp
+from agentmill.lm.engine.tiny import tiny_llama
+from agentmill.methods.dspark import SpecEngine
 
 pytestmark = pytest.mark.slow
 
