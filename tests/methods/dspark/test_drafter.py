@@ -1,0 +1,109 @@
+"""The DSpark drafter on the tiny random Llama: shapes, the training mask, persistence, and that training works
+(one step moves every trainable tensor; a short run raises the probabilistic acceptance length)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from agentmill.lm.engine import EngineConfig  # noqa: E402
+from agentmill.lm.engine.tiny import tiny_llama  # noqa: E402
+from agentmill.methods.dspark.data import builtin_prompts, build_corpus  # noqa: E402
+from agentmill.methods.dspark.drafter import (  # noqa: E402
+    DraftVocab, DSparkConfig, DSparkDrafter, train_attention_mask)
+from agentmill.methods.dspark.features import build_feature_cache, token_counts  # noqa: E402
+from agentmill.methods.dspark.train import TrainConfig, make_batch, train_drafter  # noqa: E402
+
+LAYERS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dspark")
+    eng = tiny_llama(0, EngineConfig(dtype="float32", tap_layers=LAYERS, return_final_hidden=True))
+    corpus = build_corpus(eng, builtin_prompts("train", 24), root / "corpus.jsonl", max_new=24, batch=8,
+                          temperature=0.7)
+    cache = build_feature_cache(eng, corpus, root / "cache", layers=LAYERS)
+    return eng, corpus, cache, root
+
+
+def _drafter(eng, corpus, rank=8, vocab=None):
+    counts = token_counts(corpus, eng.vocab_size)
+    assert counts[0] == 0, "the mask token must never appear in the corpus"
+    cfg = DSparkConfig(block_size=4, num_draft_layers=1, target_layer_ids=LAYERS, markov_rank=rank,
+                       draft_vocab_size=vocab, mask_token_id=0)
+    dv = DraftVocab.from_counts(counts, vocab) if vocab else None
+    return DSparkDrafter.init_for(eng, cfg, dv, seed=0)
+
+
+def test_training_mask_sees_only_earlier_context_and_own_block():
+    m = train_attention_mask(torch.tensor([[2, 5]]), L=8, g=3)[0, 0]
+    assert m.shape == (6, 8 + 6)
+    # block of anchor 2: context positions 0, 1 only; its own 3 slots, not the other block
+    assert m[0, :8].tolist() == [True, True] + [False] * 6
+    assert m[0, 8:].tolist() == [True] * 3 + [False] * 3
+    assert m[4, :8].tolist() == [True] * 5 + [False] * 3
+    assert m[4, 8:].tolist() == [False] * 3 + [True] * 3
+
+
+def test_cache_reused_when_key_matches_and_rebuilt_otherwise(setup):
+    eng, corpus, cache, root = setup
+    again = build_feature_cache(eng, corpus, root / "cache", layers=LAYERS)
+    assert again.meta["key"] == cache.meta["key"]
+    assert cache.taps.shape == (cache.meta["n_tokens"], 2 * 64)
+    # recomputing p from the cached final hidden state gives a distribution (sums to 1 within fp16 error)
+    s = cache.sequence(0)
+    h = torch.from_numpy(np.asarray(cache.final_hidden[s], dtype=np.float32))
+    p = (h @ eng.model.lm_head.T - torch.from_numpy(np.array(cache.lse[s]))[:, None]).exp()
+    assert torch.allclose(p.sum(-1), torch.ones(p.shape[0]), atol=2e-2)
+
+
+def test_one_step_moves_every_trainable_tensor(setup, tmp_path):
+    eng, corpus, cache, _ = setup
+    d = _drafter(eng, corpus)
+    before = {k: v.detach().clone() for k, v in d.named_parameters()}
+    train_drafter(d, cache, TrainConfig(steps=2, batch_sequences=4, num_anchors=4, lr=1e-3), tmp_path)
+    # markov_w1 only moves once markov_w2 is non-zero (w2 starts at zero on purpose): hence two steps
+    for k, v in d.named_parameters():
+        assert not torch.equal(v, before[k]), f"{k} did not change"
+
+
+def test_short_training_raises_probabilistic_tau(setup, tmp_path):
+    eng, corpus, cache, _ = setup
+    d = _drafter(eng, corpus, vocab=128)
+    assert 0.9 < d.vocab.coverage <= 1.0
+    rng = np.random.default_rng(1)
+    fixed = make_batch(cache, np.arange(8), d, 8, rng)
+
+    def tau():
+        from agentmill.methods.dspark.drafter import forward_train
+        with torch.no_grad():
+            return forward_train(d, fixed).parts["tau_prob"]
+
+    t0 = tau()
+    train_drafter(d, cache, TrainConfig(steps=60, batch_sequences=8, num_anchors=8, lr=3e-3), tmp_path)
+    assert tau() > t0 + 0.1
+
+
+def test_save_load_round_trip(setup, tmp_path):
+    eng, corpus, _, _ = setup
+    d = _drafter(eng, corpus, vocab=128)
+    with torch.no_grad():
+        d.markov_w2.weight.normal_()
+    d.save(tmp_path / "ck", calibration={"greedy": [1.0] * 4})
+    e = DSparkDrafter.load(tmp_path / "ck", eng)
+    assert torch.equal(e.d2t, d.d2t)
+    for (k, v), (k2, v2) in zip(d.state_dict().items(), e.state_dict().items()):
+        assert k == k2 and torch.equal(v, v2)
+    assert DSparkDrafter.calibration_of(tmp_path / "ck")["greedy"].tolist() == [1.0] * 4
+    other = tiny_llama(1, EngineConfig())
+    from agentmill.methods.dspark.drafter import TargetShape
+    import json
+    meta = json.loads((tmp_path / "ck" / "config.json").read_text())
+    meta["target"]["hidden_size"] = 32
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="hidden_size"):
+        DSparkDrafter.load(tmp_path / "ck", other)
+    assert TargetShape.of(other).hidden_size == 64
