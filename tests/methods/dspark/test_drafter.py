@@ -107,3 +107,42 @@ def test_save_load_round_trip(setup, tmp_path):
     with pytest.raises(ValueError, match="hidden_size"):
         DSparkDrafter.load(tmp_path / "ck", other)
     assert TargetShape.of(other).hidden_size == 64
+
+
+def _run(engine, prompts, params):
+    ids = [engine.add_request(p, params) for p in prompts]
+    out = {i: [] for i in ids}
+    while engine.has_work():
+        for o in engine.step():
+            assert o.error is None, o.error
+            out[o.rid] += o.token_ids
+    return [out[i] for i in ids]
+
+
+def test_dspark_proposer_in_engine_is_greedy_lossless(setup):
+    """A (briefly trained) drafter in the engine, with the tap rows appended round by round, gives token-identical
+    greedy output to plain decoding — several requests batched, KV rolled back after rejections."""
+    from agentmill.lm.engine import SamplingParams
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    eng, corpus, _, _ = setup
+    d = _drafter(eng, corpus, vocab=128)
+    tok = eng.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=True)
+               for t in ("hello there", "write a function", "12 + 30 = ?", "repeat: abc abc abc")]
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    plain = _run(SpecEngine(eng), prompts, params)
+    spec = SpecEngine(eng, DSparkProposer(d), verify_len=4, record_rounds=True)
+    assert _run(spec, prompts, params) == plain
+    assert spec.stats.rounds > 0 and spec.stats.drafted > 0 and len(spec.rounds) == spec.stats.rounds
+    assert all(len(r.conf_logits) <= 4 for r in spec.rounds)
+
+
+def test_dspark_proposer_requires_tapped_target(setup):
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    eng, corpus, _, _ = setup
+    with pytest.raises(ValueError, match="tap layers"):
+        SpecEngine(tiny_llama(0, EngineConfig()), DSparkProposer(_drafter(eng, corpus)), verify_len=2)

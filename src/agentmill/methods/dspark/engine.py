@@ -53,6 +53,15 @@ class SpecStats:
     committed: int = 0
     verify_tokens: int = 0
     prompt_tokens: int = 0
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+
+    @property
+    def alpha_by_position(self) -> list[float]:
+        """Conditional acceptance α_k = accepted_k / reached_k (vLLM's per-position convention)."""
+        return [a / n if n else float("nan") for a, n in zip(self.position_accepted, self.position_reached)]
 
     @property
     def tau_mean(self) -> float:
@@ -61,7 +70,8 @@ class SpecStats:
     def as_dict(self) -> dict[str, float]:
         return {"steps": self.steps, "rounds": self.rounds, "drafted": self.drafted, "accepted": self.accepted,
                 "committed": self.committed, "verify_tokens": self.verify_tokens, "tau_mean": self.tau_mean,
-                "prompt_tokens": self.prompt_tokens}
+                "prompt_tokens": self.prompt_tokens, "draft_seconds": self.draft_seconds,
+                "target_seconds": self.target_seconds, "alpha_by_position": self.alpha_by_position}
 
 
 @dataclass
@@ -92,20 +102,68 @@ def safe_text_end(text: str, stops: tuple[str, ...]) -> int:
     return end - hold
 
 
+class _FixedLength:
+    """``fixed:k``: verify every drafted token up to k (the policy of ``verify_len``)."""
+
+    def __init__(self, k: int):
+        self.k, self.name = k, (f"fixed:{k}" if k else "off")
+
+    def lengths(self, conf: Any, avail: np.ndarray, req_ids: np.ndarray, extra_tokens: int) -> np.ndarray:
+        return np.minimum(avail, self.k)
+
+    def observe(self, req_ids: np.ndarray, survival: np.ndarray) -> None:
+        pass
+
+
+@dataclass
+class RoundRecord:
+    """One speculative round of one request (for calibration and traces): raw confidence logits of the drafted
+    positions, how many were verified, how many accepted."""
+
+    rid: int
+    conf_logits: list[float]
+    verified: int
+    accepted: int
+    temperature: float
+
+
 class SpecEngine:
-    """Continuous batching over a ``LlamaEngine`` with an optional proposer and a fixed verify length."""
+    """Continuous batching over a ``LlamaEngine`` with an optional proposer and a verify-length policy.
+
+    ``proposer``: None (plain decoding), an ``NgramProposer`` (deterministic drafts from the history) or a
+    ``DSparkProposer`` (drafts from the target's layer taps; the target engine must tap its layers).
+    ``policy``: a ``VerifyPolicy`` (``lengths``/``observe``), a policy spec string for ``make_policy`` (with
+    ``sps``), or None with ``verify_len`` = k meaning ``fixed:k``.
+    """
 
     def __init__(self, target: LlamaEngine, proposer: Any | None = None, *, verify_len: int = 0,
-                 max_num_seqs: int = 16, max_step_tokens: int = 512):
+                 policy: Any = None, sps: Any = None, max_num_seqs: int = 16, max_step_tokens: int = 512,
+                 record_rounds: bool = False):
         if max_num_seqs < 1 or max_step_tokens < 1 or verify_len < 0:
             raise ValueError("max_num_seqs and max_step_tokens must be positive, verify_len >= 0")
-        if verify_len and proposer is None:
+        if isinstance(policy, str):
+            from agentmill.methods.dspark.policies import make_policy
+
+            policy = make_policy(policy, sps)
+        if policy is None:
+            policy = _FixedLength(verify_len)
+        if proposer is None and getattr(policy, "name", "off") not in ("off", "fixed:0"):
             raise ValueError("a verify length needs a proposer")
         self.target, self.tok = target, target.tokenizer
-        self.proposer, self.verify_len = proposer, verify_len
+        self.proposer, self.policy_obj = proposer, policy
+        self._dspark = hasattr(proposer, "propose") and hasattr(proposer, "start")
+        if self._dspark:
+            want = tuple(proposer.layer_ids)
+            if tuple(target.engine_config.tap_layers) != want:
+                raise ValueError(f"the DSpark proposer needs the target to tap layers {want}, it taps "
+                                 f"{tuple(target.engine_config.tap_layers)}")
+        self.max_len = int(getattr(proposer, "max_len", 0) or 0) if proposer is not None else 0
         self.max_num_seqs, self.max_step_tokens = max_num_seqs, max_step_tokens
-        self.policy = f"ngram:fixed:{verify_len}" if verify_len else "off"
-        self.stats = SpecStats()
+        self.policy = getattr(policy, "name", str(policy))
+        self.stats = SpecStats(position_reached=[0] * max(self.max_len, 1),
+                               position_accepted=[0] * max(self.max_len, 1))
+        self.record_rounds = record_rounds
+        self.rounds: list[RoundRecord] = []
         self._waiting: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._ids = itertools.count()
@@ -147,21 +205,17 @@ class SpecEngine:
         import torch
 
         outputs: list[RequestOutput] = []
-        batch, members, drafts, starts = RaggedBatch(), [], [], []
-        for r in self._running:
-            d = self._draft(r)
-            starts.append(self.target.seq_len(r.seq))
-            batch.add(r.seq, [r.out[-1]] + d, "all")
-            members.append(r)
-            drafts.append(d)
+        decoding = list(self._running)
+        # 1. admission (first come, first served) within the sequence and prefill-token budgets
+        prefill: list[_Req] = []
         budget = self.max_step_tokens
-        while self._waiting and len(members) < self.max_num_seqs and (len(self._waiting[0].prompt) <= budget
-                                                                      or not batch.items):
+        while self._waiting and len(decoding) + len(prefill) < self.max_num_seqs and (
+                len(self._waiting[0].prompt) <= budget or not (decoding or prefill)):
             r = self._waiting.popleft()
             try:
                 r.seq = self.target.new_sequence()
                 # reserve the whole generation now: admission control instead of running out mid-stream
-                self.target.kv.reserve(r.seq, min(len(r.prompt) + r.params.max_tokens + self.verify_len,
+                self.target.kv.reserve(r.seq, min(len(r.prompt) + r.params.max_tokens + self.max_len,
                                                   self.target.kv.max_len))
             except KVBudgetError as e:
                 self.target.free(r.seq)
@@ -173,48 +227,120 @@ class SpecEngine:
                 continue
             if r.params.seed is not None:
                 r.generator = torch.Generator().manual_seed(r.params.seed)
-            starts.append(0)
-            batch.add(r.seq, r.prompt, "last")
-            members.append(r)
-            drafts.append(None)
+            prefill.append(r)
             self._running.append(r)
             budget -= len(r.prompt)
             self.stats.prompt_tokens += len(r.prompt)
+        # 2. drafts and verify lengths for the decoding requests
+        t0 = time.perf_counter()
+        drafts, lengths, blocks = self._drafts(decoding, sum(len(r.prompt) for r in prefill))
+        self.stats.draft_seconds += time.perf_counter() - t0
+        # 3. one ragged target forward
+        batch, starts = RaggedBatch(), []
+        for r, d, ell in zip(decoding, drafts, lengths):
+            starts.append(self.target.seq_len(r.seq))
+            batch.add(r.seq, [r.out[-1]] + d[:ell], "all")
+        for r in prefill:
+            starts.append(0)
+            batch.add(r.seq, r.prompt, "last")
         if not batch.items:
             return outputs
+        members = decoding + prefill
+        t1 = time.perf_counter()
         try:
             fo = self.target.forward(batch)
         except Exception as e:  # noqa: BLE001 - a failed forward fails its requests, never the engine
             return outputs + [self._fail(r, f"engine error: {e}") for r in members]
-        row = 0
-        for r, d, start in zip(members, drafts, starts):
-            n_rows = 1 if d is None else 1 + len(d)
+        self.stats.target_seconds += time.perf_counter() - t1
+        # 4-6. verification, KV rollback, drafter context, commit
+        row, tok_off = 0, 0
+        survivals = []
+        for i, (r, start) in enumerate(zip(members, starts)):
+            is_dec = i < len(decoding)
+            ell = int(lengths[i]) if is_dec else 0
+            n_rows = 1 + ell if is_dec else 1
+            n_tok = len(batch.items[i].tokens)
             p = r.params
             probs = warp(fo.logits[row: row + n_rows], p.temperature, p.top_k, p.top_p)
             row += n_rows
-            ell = 0 if d is None else len(d)
-            prop = Proposal(tokens=torch.tensor([(d or []) + [-1]]), q=None, avail=np.array([ell]))
+            if is_dec:
+                d, blk = drafts[i], blocks[i] if blocks else None
+                q = None
+                if blk is not None and blk.q is not None and ell:
+                    q = blk.q[:ell][None]
+                prop = Proposal(tokens=torch.tensor([d[:ell] + [-1]]), q=q, avail=np.array([ell]))
+            else:
+                prop = Proposal(tokens=torch.tensor([[-1]]), q=None, avail=np.array([0]))
             m, committed = verify([probs], prop, np.array([ell]), [r.generator])
-            if d is not None:
+            if self._dspark and fo.taps is not None:
+                taps = fo.taps[tok_off: tok_off + n_tok]
+                if is_dec:
+                    self.proposer.commit(r.rid, taps[: 1 + int(m[0])])
+                else:
+                    self.proposer.start(r.rid, taps, seed=p.seed)
+            tok_off += n_tok
+            if is_dec:
                 # keep the anchor and the accepted drafts; the last committed token is the next anchor
                 self.target.truncate(r.seq, start + 1 + int(m[0]))
-                self.stats.rounds += 1
-                self.stats.drafted += ell
-                self.stats.accepted += int(m[0])
-                self.stats.committed += len(committed[0])
-                self.stats.verify_tokens += 1 + ell
+                self._round_stats(r, ell, int(m[0]), len(committed[0]), blocks[i] if blocks else None)
+                if blocks and blocks[i].conf is not None:
+                    survivals.append((r.rid, np.cumprod(np.clip(blocks[i].conf, 0, 1))))
             if r.t_first is None:
                 r.t_first = time.perf_counter()
             outputs.append(self._commit(r, committed[0]))
+        if survivals:
+            g = self.max_len
+            surv = np.zeros((len(survivals), g))
+            for j, (_, a) in enumerate(survivals):
+                surv[j, : len(a)] = a
+            self.policy_obj.observe(np.array([rid for rid, _ in survivals]), surv)
         self.stats.steps += 1
         return outputs
 
-    def _draft(self, r: _Req) -> list[int]:
-        if not self.verify_len or self.proposer is None:
-            return []
-        room = min(r.params.max_tokens - len(r.out) - 1, self.target.kv.max_len - self.target.seq_len(r.seq) - 2,
-                   self.verify_len)
-        return self.proposer.propose_one(r.prompt + r.out, room) if room > 0 else []
+    def _drafts(self, decoding: list[_Req], extra_tokens: int) -> tuple[list[list[int]], np.ndarray, list | None]:
+        """Draft for every decoding request and ask the policy how many drafted tokens to verify."""
+        R = len(decoding)
+        if R == 0:
+            return [], np.zeros(0, dtype=np.int64), None
+        room = np.array([max(0, min(r.params.max_tokens - len(r.out) - 1,
+                                    self.target.kv.max_len - self.target.seq_len(r.seq) - 2, self.max_len))
+                         for r in decoding], dtype=np.int64)
+        if self.proposer is None or self.max_len == 0 or self.policy == "off":
+            return [[] for _ in decoding], np.zeros(R, dtype=np.int64), None
+        blocks = None
+        conf = None
+        if self._dspark:
+            blocks = self.proposer.propose([r.rid for r in decoding], [r.out[-1] for r in decoding],
+                                           [r.params.temperature for r in decoding], room)
+            drafts = [b.tokens for b in blocks]
+            if all(b.conf is not None for b in blocks):
+                conf = np.zeros((R, self.max_len))
+                for j, b in enumerate(blocks):
+                    conf[j, : len(b.conf)] = b.conf
+        else:
+            drafts = [self.proposer.propose_one(r.prompt + r.out, int(k)) if k > 0 else [] for r, k in
+                      zip(decoding, room)]
+        avail = np.array([len(d) for d in drafts], dtype=np.int64)
+        lengths = np.asarray(self.policy_obj.lengths(conf, avail, np.array([r.rid for r in decoding]),
+                                                     extra_tokens), dtype=np.int64)
+        if lengths.shape != (R,) or (lengths < 0).any() or (lengths > avail).any():
+            raise RuntimeError(f"policy {self.policy} returned invalid verify lengths {lengths} for avail {avail}")
+        return drafts, lengths, blocks
+
+    def _round_stats(self, r: _Req, ell: int, m: int, n_committed: int, blk: Any) -> None:
+        st = self.stats
+        st.rounds += 1
+        st.drafted += ell
+        st.accepted += m
+        st.committed += n_committed
+        st.verify_tokens += 1 + ell
+        for k in range(ell):
+            st.position_reached[k] += 1
+            if k < m:
+                st.position_accepted[k] += 1
+        if self.record_rounds and blk is not None and blk.conf_logits is not None:
+            self.rounds.append(RoundRecord(r.rid, [float(z) for z in blk.conf_logits], ell, m,
+                                           r.params.temperature))
 
     def _commit(self, r: _Req, tokens: list[int]) -> RequestOutput:
         p = r.params
@@ -233,7 +359,7 @@ class SpecEngine:
             hit = min((i for i in (text.find(s) for s in p.stop) if i >= 0), default=-1)
             if hit >= 0:
                 text, finish = text[:hit], "stop"
-        if finish is None and self.target.seq_len(r.seq) + 1 + self.verify_len >= self.target.kv.max_len:
+        if finish is None and self.target.seq_len(r.seq) + 1 + self.max_len >= self.target.kv.max_len:
             finish = "length"
         end = len(text) if finish else safe_text_end(text, p.stop)
         out = RequestOutput(r.rid, text[r.sent: end] if end > r.sent else "", r.out[n0:], finish)
@@ -255,3 +381,5 @@ class SpecEngine:
         if r.seq is not None:
             self.target.free(r.seq)
             r.seq = None
+        if self._dspark:
+            self.proposer.release(r.rid)
