@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.maze",
     "agentmill.cli.autocog",
     "agentmill.cli.serve",
+    "agentmill.cli.dspark",
 )
 
 

@@ -77,17 +77,18 @@ def make_batch(cache: FeatureCache, seqs: np.ndarray, model: DSparkDrafter, num_
         if not len(ok):
             continue
         pick = np.sort(rng.choice(ok, size=min(A, len(ok)), replace=False))
-        fh = cache.final_hidden[s]
-        ls = cache.lse[s]
-        for i, a in enumerate(pick):
-            anchors[b, i] = int(a)
-            for k in range(1, g + 1):
-                if a + k >= n or not lm[a + k]:
-                    break
-                labels[b, i, k - 1] = int(tok[a + k])
-                valid[b, i, k - 1] = True
-                hid[b, i, k - 1] = torch.from_numpy(np.asarray(fh[a + k - 1], dtype=np.float32))
-                lse[b, i, k - 1] = float(ls[a + k - 1])
+        na = len(pick)
+        idx = pick[:, None] + np.arange(1, g + 1)[None]                    # [na, g] label positions a+k
+        inb = idx < n
+        idc = np.minimum(idx, n - 1)
+        ok_k = np.cumprod(inb & lm[idc], axis=1).astype(bool)               # supervised prefix (eval_mask)
+        anchors[b, :na] = torch.from_numpy(pick)
+        labels[b, :na] = torch.from_numpy(np.where(ok_k, tok[idc], -1))
+        valid[b, :na] = torch.from_numpy(ok_k)
+        rows = s.start + (idc - 1)                                          # the target row predicting a+k
+        hid[b, :na] = torch.from_numpy(np.asarray(cache.final_hidden[rows.ravel()], dtype=np.float32)
+                                       ).view(na, g, -1) * torch.from_numpy(ok_k)[..., None]
+        lse[b, :na] = torch.from_numpy(np.asarray(cache.lse[rows.ravel()], dtype=np.float32)).view(na, g)
     with torch.no_grad():
         logp = torch.nn.functional.linear(hid, model.lm_head) - lse[..., None]
         p = logp.exp() * valid[..., None]
@@ -139,7 +140,7 @@ def train_drafter(model: DSparkDrafter, cache: FeatureCache, tcfg: TrainConfig, 
             opt.step()
             step += 1
             if step % log_every == 0 or step == end:
-                last = {"step": step, "loss": float(res.loss), "lr": lr_at(step - 1, tcfg),
+                last = {"step": step, "loss": float(res.loss.detach()), "lr": lr_at(step - 1, tcfg),
                         "seconds": round(time.perf_counter() - t0, 1), **res.parts}
                 log.write(json.dumps(last) + "\n")
                 log.flush()
