@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -146,3 +148,31 @@ def test_dspark_proposer_requires_tapped_target(setup):
     eng, corpus, _, _ = setup
     with pytest.raises(ValueError, match="tap layers"):
         SpecEngine(tiny_llama(0, EngineConfig()), DSparkProposer(_drafter(eng, corpus)), verify_len=2)
+
+
+def test_export_round_trip_keeps_names_shapes_and_outputs(setup, tmp_path):
+    from safetensors.torch import load_file
+
+    from agentmill.methods.dspark.export import export_deepspec, load_deepspec
+    from agentmill.methods.dspark.train import make_batch
+    from agentmill.methods.dspark.drafter import forward_train
+
+    eng, corpus, cache, _ = setup
+    d = _drafter(eng, corpus, vocab=128)
+    with torch.no_grad():
+        d.markov_w2.weight.normal_(std=0.1)
+    d.save(tmp_path / "ck", calibration={"t1.0": [1.5] * 4})
+    out = export_deepspec(tmp_path / "ck", tmp_path / "export", eng)
+    keys = set(load_file(str(out / "model.safetensors")))
+    for k in ("fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight",
+              "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_norm.weight", "layers.0.mlp.gate_proj.weight",
+              "layers.0.post_attention_layernorm.weight", "markov_head.markov_w1.weight",
+              "markov_head.markov_w2.weight", "confidence_head.proj.weight", "confidence_head.proj.bias"):
+        assert k in keys, k
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["block_size"] == 4 and cfg["markov_rank"] == 8 and cfg["tie_word_embeddings"] is False
+    assert json.loads((out / "dspark_calibration.json").read_text()) == {"t1.0": [1.5] * 4}
+    back = load_deepspec(out, eng)
+    batch = make_batch(cache, np.arange(4), d, 4, np.random.default_rng(0))
+    with torch.no_grad():
+        assert torch.equal(forward_train(d, batch).loss, forward_train(back, batch).loss)
