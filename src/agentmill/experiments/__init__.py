@@ -27,6 +27,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e176_gate",
     "agentmill.experiments.e176_recovery",
     "agentmill.experiments.e176_scoring",
+    "agentmill.experiments.e179_markov_gain",
 )
 
 _registry: dict[str, Experiment] | None = None

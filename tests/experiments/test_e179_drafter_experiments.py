@@ -1,0 +1,33 @@
+"""Smoke profiles of the E179 drafter experiments on the tiny random Llama (no SmolLM2): they run end to end,
+write checkpoints that a second run reuses, and render their plots."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmill.core.executor import make_executor
+from agentmill.experiments import get
+from agentmill.experiments.protocol import RunContext
+
+
+@pytest.fixture()
+def art(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTMILL_ARTIFACTS", str(tmp_path / "artifacts"))
+    return tmp_path
+
+
+def _ctx(tmp_path, name):
+    return RunContext(profile="smoke", model="none", executor=make_executor("serial"), work_dir=tmp_path / name)
+
+
+@pytest.mark.slow
+def test_markov_gain_smoke(art):
+    exp = get("e179.markov_gain")
+    ctx = _ctx(art, "mg")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["a1_tau_ratio"].value > 0 and m["a1_tau_ratio"].lo <= m["a1_tau_ratio"].hi
+    assert (ctx.work_dir / "branch_b" / "model.safetensors").exists()
+    again = exp.measure(exp.setups["smoke"], _ctx(art, "mg"))     # checkpoints and evaluations reused
+    assert again["a1_tau_ratio"].value == m["a1_tau_ratio"].value
+    paths = exp.plots(ctx.data, art)
+    assert paths and all(p.stat().st_size > 3000 for p in paths)
