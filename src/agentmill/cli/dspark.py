@@ -143,7 +143,7 @@ def stage_calibrate(ckpt: Path, *, model_name: str, prompts: int, buckets: list[
 
 def cmd_train(args: argparse.Namespace) -> int:
     from agentmill.methods.dspark.features import FeatureCache
-    from agentmill.methods.dspark.pipeline import artifacts_root, tapped_engine
+    from agentmill.methods.dspark.pipeline import artifacts_root, asset_dir, tapped_engine
 
     layers = _layers(args.layers)
     for name in ("steps", "prompts", "max_new", "block_size", "num_layers"):
@@ -153,7 +153,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     engine = tapped_engine(layers, threads=args.threads, final_hidden=True, model=args.model)
     root = artifacts_root(engine.fingerprint)
-    corpus = Path(args.data) if args.data else root / f"corpus-train-{args.prompts}x{args.max_new}.jsonl"
+    name = f"corpus-train-{args.prompts}x{args.max_new}.jsonl"
+    shipped = asset_dir() / name      # the committed corpus of SmolLM2's own answers (token ids only)
+    corpus = Path(args.data) if args.data else (shipped if args.model == "smollm2" and shipped.exists()
+                                                else root / name)
     if not args.data:
         stage_corpus(engine, args.prompts, args.max_new, args.temperature, corpus)
     cache = FeatureCache.load(Path(args.cache)) if args.cache else stage_cache(
