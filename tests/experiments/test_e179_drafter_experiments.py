@@ -31,3 +31,13 @@ def test_markov_gain_smoke(art):
     assert again["a1_tau_ratio"].value == m["a1_tau_ratio"].value
     paths = exp.plots(ctx.data, art)
     assert paths and all(p.stat().st_size > 3000 for p in paths)
+
+
+@pytest.mark.slow
+def test_calibration_smoke(art):
+    exp = get("e179.calibration")
+    ctx = _ctx(art, "cal")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert 0 <= m["c1_ece_after"].value <= 1 and len(ctx.data["temperatures"]) == 4
+    paths = exp.plots(ctx.data, art)
+    assert paths and all(p.stat().st_size > 3000 for p in paths)

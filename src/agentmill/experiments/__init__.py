@@ -28,6 +28,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e176_recovery",
     "agentmill.experiments.e176_scoring",
     "agentmill.experiments.e179_markov_gain",
+    "agentmill.experiments.e179_calibration",
 )
 
 _registry: dict[str, Experiment] | None = None

@@ -90,3 +90,17 @@ def describe(d: Any) -> dict[str, Any]:
     n = sum(p.numel() for p in d.trainable_parameters())
     return {"config": asdict(d.cfg), "trainable_parameters": int(n), "draft_vocab": int(len(d.d2t)),
             "vocab_coverage": d.vocab.coverage}
+
+
+DEFAULT_DRAFTER = "drafter-r64-s1200"
+"""Output name of ``agentmill dspark train`` with its defaults."""
+
+
+def shipped_drafter(engine: Any) -> Path:
+    """The drafter experiments and ``serve`` use by default: the committed fp16 copy under ``assets/dspark/``, else
+    the default output of ``agentmill dspark train`` for this target."""
+    for p in (asset_dir() / "drafter", artifacts_root(engine.fingerprint) / DEFAULT_DRAFTER):
+        if (p / "config.json").exists():
+            return p
+    raise FileNotFoundError("no trained DSpark drafter for this target: run `agentmill dspark train` (about 30 min "
+                            "on 2 cores; every stage is cached)")
