@@ -143,9 +143,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                      "tau_test": float(1 + at.mean()), "rounds_calib": len(ac), "rounds_test": len(at),
                      "reliability": _reliability(pred_before, pred_after, yt)})
     method = f"bootstrap over {len(prompts)} test prompts ({len(at)} rounds)"
-    return {"c1_auroc": Estimate(point[0], float(lo[0]), float(hi[0]), method, len(at)),
-            "c1_ece_after": Estimate(point[1], float(lo[1]), float(hi[1]), method, len(at)),
-            "c1_ece_gain": Estimate(point[2], float(lo[2]), float(hi[2]), method, len(at)),
+
+    def est(i: int) -> Estimate:
+        v = float(point[i])
+        return Estimate(v, float(min(lo[i], v)), float(max(hi[i], v)), n=len(at), method=method)
+
+    return {"c1_auroc": est(0), "c1_ece_after": est(1), "c1_ece_gain": est(2),
             "nc5_auroc_shuffled": Estimate.exact(shuffled["auroc"], len(at))}
 
 

@@ -183,8 +183,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         if len(np.unique(dom[i])) == len(np.unique(dom)):
             boots.append(_macro_ratio(tb[i], ta[i], dom[i]))
     lo, hi = np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan)
-    out = {"a1_tau_ratio": Estimate(point, float(lo), float(hi), "paired bootstrap over prompts (macro over "
-                                                                  "domains)", len(ta))}
+    out = {"a1_tau_ratio": Estimate(point, float(min(lo, point)), float(max(hi, point)), n=len(ta),
+                                    method="paired bootstrap over prompts (macro over domains)")}
     drops = {}
     for arm, r in (("a", a), ("b", b)):
         al = [x for x in r["alpha"] if x == x]
