@@ -1,10 +1,13 @@
 """``agentmill serve``: the OpenAI-compatible server on the ragged engine (dspark spec §6.4, §6.5).
 
     agentmill serve [--model hf:smollm2] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
-                    [--policy off|ngram:K] [--dtype float32] [--threads 1] [--api-key KEY]
+                    [--drafter auto|dspark|PATH|ngram|none] [--policy auto|off|fixed:K|threshold:T|dspark|dspark-async]
+                    [--sps-table PATH] [--dtype float32] [--threads 1] [--api-key KEY]
 
-Serves the embedded SmolLM2-135M-Instruct by default, with continuous batching. ``--policy off`` decodes plainly;
-``--policy ngram:K`` drafts by prompt lookup and verifies exactly (lossless). The DSpark drafter is not built yet.
+Serves the embedded SmolLM2-135M-Instruct by default, with continuous batching and DSpark speculation (the shipped
+drafter, ``dspark-async`` scheduling on a profiled SPS table). ``--drafter none`` (or ``--policy off``) decodes
+plainly; ``--drafter ngram`` drafts by prompt lookup (``--policy ngram:K`` is the short form). Every speculative
+mode verifies exactly, so outputs follow the target's distribution.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import argparse
 MODELS = ("hf:smollm2", "tiny")
 
 
-def load_engine(spec: str, dtype: str, threads: int, max_model_len: int):
+def load_engine(spec: str, dtype: str, threads: int, max_model_len: int, tap_layers: tuple[int, ...] = ()):
     from agentmill.lm.engine import EngineConfig, LlamaEngine
 
-    ecfg = EngineConfig(dtype=dtype, threads=threads, max_model_len=max_model_len)
+    ecfg = EngineConfig(dtype=dtype, threads=threads, max_model_len=max_model_len, tap_layers=tap_layers)
     if spec in ("hf:smollm2", "smollm2", "smollm2-135m"):
         return LlamaEngine.smollm2_135m(ecfg), "smollm2-135m"
     if spec == "tiny":
@@ -32,27 +35,95 @@ def load_engine(spec: str, dtype: str, threads: int, max_model_len: int):
     raise ValueError(f"serve: unknown model {spec!r}; use hf:smollm2 (default), hf:<llama folder or gguf> or tiny")
 
 
-def parse_policy(policy: str) -> int:
-    """``off`` → 0; ``ngram:K`` → prompt-lookup drafts verified K at a time."""
+POLICIES = ("off", "fixed:K", "threshold:T", "dsd", "dspark", "dspark-async[:S]", "ngram:K")
+
+
+def resolve(model: str, drafter: str, policy: str) -> tuple[str, str]:
+    """(drafter, policy) after defaults: the embedded SmolLM2 gets DSpark with ``dspark-async``; ``ngram:K`` as a
+    policy means the n-gram drafter verified K at a time; ``off`` needs no drafter."""
+    if policy.startswith("ngram:"):
+        k = policy[6:]
+        if not (k.isdigit() and 1 <= int(k) <= 16):
+            raise ValueError(f"--policy ngram:K needs 1 <= K <= 16, got {policy!r}")
+        return "ngram", f"fixed:{k}"
     if policy == "off":
-        return 0
-    if policy.startswith("ngram:") and policy[6:].isdigit() and 1 <= int(policy[6:]) <= 16:
-        return int(policy[6:])
-    raise ValueError(f"--policy must be off or ngram:K with 1 <= K <= 16, got {policy!r}")
+        return "none", "off"
+    if drafter == "auto":
+        drafter = "dspark" if model in ("hf:smollm2", "smollm2", "smollm2-135m") else "none"
+    if policy == "auto":
+        policy = {"dspark": "dspark-async", "ngram": "fixed:4", "none": "off"}.get(drafter, "dspark-async")
+    if drafter == "none" and policy != "off":
+        raise ValueError(f"--policy {policy} needs a drafter (--drafter dspark|PATH|ngram)")
+    return drafter, policy
+
+
+def build_spec_engine(model: str, drafter: str, policy: str, *, dtype: str, threads: int, max_model_len: int,
+                      max_num_seqs: int, sps_table: str | None):
+    """The served ``SpecEngine`` (and the served model name)."""
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import NgramProposer
+
+    drafter, policy = resolve(model, drafter, policy)
+    if drafter in ("none", "ngram"):
+        engine, name = load_engine(model, dtype, threads, max_model_len)
+        if drafter == "none":
+            return SpecEngine(engine, max_num_seqs=max_num_seqs), name
+        k = int(policy.split(":")[1]) if policy.startswith("fixed:") else 4
+        return SpecEngine(engine, NgramProposer(k=k), verify_len=k, max_num_seqs=max_num_seqs), name
+    import json
+    from pathlib import Path
+
+    from agentmill.methods.dspark.drafter import DSparkDrafter
+    from agentmill.methods.dspark.pipeline import shipped_drafter
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    if model not in ("hf:smollm2", "smollm2", "smollm2-135m", "tiny"):
+        raise ValueError("the DSpark drafter is trained for hf:smollm2; use --drafter ngram|none for other models")
+    if drafter != "dspark" and not (Path(drafter) / "config.json").exists():
+        raise ValueError(f"--drafter {drafter!r}: no drafter checkpoint there (config.json missing)")
+    ckpt = Path(drafter) if drafter != "dspark" else None
+    layers = tuple(json.loads((ckpt / "config.json").read_text())["dspark"]["target_layer_ids"]) if ckpt else \
+        (1, 10, 19, 28)
+    engine, name = load_engine(model, dtype, threads, max_model_len, tap_layers=layers)
+    ckpt = ckpt or shipped_drafter(engine)
+    d = DSparkDrafter.load(ckpt, engine)
+    sps = None
+    if policy.startswith(("dspark", "dsd")):
+        from agentmill.methods.dspark.costmodel import SPSTable
+
+        sps = SPSTable.load(Path(sps_table)) if sps_table else serve_sps_table(engine, max_num_seqs)
+    spec = SpecEngine(engine, DSparkProposer(d, DSparkDrafter.calibration_of(ckpt)), policy=policy, sps=sps,
+                      max_num_seqs=max_num_seqs)
+    return spec, name
+
+
+def serve_sps_table(engine, max_num_seqs: int):
+    """A quick SPS(B) table for this engine, profiled at start-up and cached per fingerprint (spec §2.8)."""
+    from agentmill.methods.dspark.costmodel import SPSTable, engine_step_fn
+    from agentmill.methods.dspark.pipeline import artifacts_root
+
+    path = artifacts_root(engine.fingerprint) / f"sps-serve-t{engine.engine_config.threads}-r{max_num_seqs}.json"
+    if path.exists():
+        return SPSTable.load(path)
+    print("agentmill serve: profiling the SPS(B) cost table (once per machine and thread count) ...", flush=True)
+    rs = [r for r in (1, 4, 16) if r <= max(1, max_num_seqs)]
+    table = SPSTable.profile(engine_step_fn(engine), {"B": [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
+                                                      "R": rs, "ctx": [128, 512]}, reps=3, warmup=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.save(path)
+    return table
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from agentmill.methods.dspark.engine import SpecEngine
-    from agentmill.methods.dspark.proposers import NgramProposer
     from agentmill.serve import BatchingLoop, create_app
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
-    k = parse_policy(args.policy)
-    engine, name = load_engine(args.model, args.dtype, args.threads, args.max_model_len)
-    spec = SpecEngine(engine, NgramProposer(k=k) if k else None, verify_len=k, max_num_seqs=args.max_num_seqs)
+    spec, name = build_spec_engine(args.model, args.drafter, args.policy, dtype=args.dtype, threads=args.threads,
+                                   max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                                   sps_table=args.sps_table)
     loop = BatchingLoop(spec).start()
     app = create_app(loop, served_model_name=args.served_model_name or name, api_key=args.api_key)
     print(f"agentmill serve: {args.served_model_name or name} on http://{args.host}:{args.port}/v1 "
@@ -74,6 +145,12 @@ def register(sub) -> None:
     sp.add_argument("--max-model-len", type=int, default=2048)
     sp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     sp.add_argument("--threads", type=int, default=1)
-    sp.add_argument("--policy", default="off", help="off (plain decoding) or ngram:K (prompt-lookup speculation)")
+    sp.add_argument("--drafter", default="auto",
+                    help="auto (DSpark for hf:smollm2, none otherwise), dspark (the shipped drafter), a drafter "
+                         "checkpoint PATH, ngram (prompt lookup) or none")
+    sp.add_argument("--policy", default="auto",
+                    help="verify-length policy: auto, off, fixed:K, threshold:T, dsd, dspark, dspark-async[:S]; "
+                         "ngram:K = the n-gram drafter verified K at a time")
+    sp.add_argument("--sps-table", default=None, help="SPS(B) cost table JSON (profiled at start-up if absent)")
     sp.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     sp.set_defaults(fn=cmd_serve)
