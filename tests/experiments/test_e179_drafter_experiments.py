@@ -41,3 +41,15 @@ def test_calibration_smoke(art):
     assert 0 <= m["c1_ece_after"].value <= 1 and len(ctx.data["temperatures"]) == 4
     paths = exp.plots(ctx.data, art)
     assert paths and all(p.stat().st_size > 3000 for p in paths)
+
+
+@pytest.mark.slow
+def test_sampling_equality_smoke_and_holm(art):
+    from agentmill.experiments.e179_sampling_equality import holm
+
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    exp = get("e179.sampling_equality")
+    ctx = _ctx(art, "t5")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert 0 <= m["t5_min_holm_p"].value <= 1 and len(ctx.data["holm"]) == 2
+    assert exp.plots(ctx.data, art)

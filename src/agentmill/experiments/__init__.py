@@ -29,6 +29,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e176_scoring",
     "agentmill.experiments.e179_markov_gain",
     "agentmill.experiments.e179_calibration",
+    "agentmill.experiments.e179_sampling_equality",
 )
 
 _registry: dict[str, Experiment] | None = None

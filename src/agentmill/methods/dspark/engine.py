@@ -141,7 +141,9 @@ class SpecEngine:
                  record_rounds: bool = False):
         if max_num_seqs < 1 or max_step_tokens < 1 or verify_len < 0:
             raise ValueError("max_num_seqs and max_step_tokens must be positive, verify_len >= 0")
-        if isinstance(policy, str):
+        if isinstance(policy, str) and (policy == "off" or policy.startswith("fixed:") and policy[6:].isdigit()):
+            policy = _FixedLength(0 if policy == "off" else int(policy[6:]))
+        elif isinstance(policy, str):
             from agentmill.methods.dspark.policies import make_policy
 
             policy = make_policy(policy, sps)
