@@ -53,3 +53,26 @@ def test_sampling_equality_smoke_and_holm(art):
     m = exp.measure(exp.setups["smoke"], ctx)
     assert 0 <= m["t5_min_holm_p"].value <= 1 and len(ctx.data["holm"]) == 2
     assert exp.plots(ctx.data, art)
+
+
+@pytest.mark.slow
+def test_speed_single_user_smoke(art):
+    exp = get("e179.speed_single_user")
+    ctx = _ctx(art, "s1")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    # the random drafter on the tiny model: greedy outputs must still equal AR's (T4 is exactness, not speed)
+    assert m["t4_identical_share"].value == 1.0
+    assert m["nc6_tau"].value >= 1.0 and m["s1_speedup_t0"].value > 0
+    assert len(exp.plots(ctx.data, art)) >= 1
+
+
+@pytest.mark.slow
+def test_load_vs_fixed_smoke(art):
+    exp = get("e179.load_vs_fixed")
+    ctx = _ctx(art, "la")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    pts = ctx.data["points"]
+    assert set(pts) == {"off", "fixed:1", "fixed:4"} and all(v["throughput"] > 0 for d in pts.values()
+                                                             for v in d.values())
+    assert m["la_vs_best_fixed"].value > 0
+    assert exp.plots(ctx.data, art)

@@ -30,6 +30,8 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_markov_gain",
     "agentmill.experiments.e179_calibration",
     "agentmill.experiments.e179_sampling_equality",
+    "agentmill.experiments.e179_speed_single_user",
+    "agentmill.experiments.e179_load_vs_fixed",
 )
 
 _registry: dict[str, Experiment] | None = None
