@@ -76,3 +76,11 @@ def test_load_vs_fixed_smoke(art):
                                                              for v in d.values())
     assert m["la_vs_best_fixed"].value > 0
     assert exp.plots(ctx.data, art)
+
+
+@pytest.mark.slow
+def test_server_smoke(art):
+    exp = get("e179.server")
+    ctx = _ctx(art, "srv")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["srv_http_over_direct"].value > 0 and len(ctx.data["http_tps"]) == 2

@@ -32,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_sampling_equality",
     "agentmill.experiments.e179_speed_single_user",
     "agentmill.experiments.e179_load_vs_fixed",
+    "agentmill.experiments.e179_server",
 )
 
 _registry: dict[str, Experiment] | None = None

@@ -1,0 +1,179 @@
+"""E179-server: the HTTP path is cheap — per-user decode speed through ``agentmill serve`` (a real subprocess on
+127.0.0.1, SSE streaming) over the same engine and policy driven in-process, one request at a time.
+
+Both arms see the same prompts, greedy, the same max_tokens; per-user TPS is (n − 1)/(t_last − t_first) per request
+(first token excluded, so prefill and HTTP connection set-up do not count). Supported when the ratio is ≥ 0.90.
+The OpenAI-compatibility half of the spec's row is the server test suite (``tests/serve``), run by CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agentmill.core.stats import Estimate, bootstrap_ci
+from agentmill.experiments.protocol import Claim, Experiment, RunContext
+
+PAPER = "Cheng et al., DSpark, arXiv:2607.05147 (serving); OpenAI chat-completions API"
+
+
+@dataclass(frozen=True)
+class Setup:
+    requests: int = 20
+    max_tokens: int = 96
+    policy: str = "dspark-async"
+    model: str = "hf:smollm2"
+    threads: int = 1
+    seed: int = 0
+    n_boot: int = 10_000
+
+
+SETUPS = {
+    "smoke": Setup(requests=2, max_tokens=8, policy="off", model="tiny", n_boot=100),
+    "quick": Setup(requests=6, max_tokens=64, n_boot=2000),
+    "full": Setup(),
+}
+
+CLAIMS = (
+    Claim("E179-SRV", "Serving over HTTP costs little: per-user TPS through the OpenAI-compatible server (SSE, C = 1) "
+          "/ the same engine driven in-process (mean of per-request ratios).", "[R] spec §7 e179.server", "—",
+          "srv_http_over_direct", ">=", 0.90),
+)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _http_tps(url: str, model: str, prompts: list[str], max_tokens: int) -> list[float]:
+    import httpx
+
+    out = []
+    with httpx.Client(base_url=url, timeout=300) as c:
+        for p in prompts:
+            body = {"model": model, "messages": [{"role": "user", "content": p}], "max_tokens": max_tokens,
+                    "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            stamps, n = [], 0
+            with c.stream("POST", "/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.read()[:300]!r}")
+                for line in r.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    ev = json.loads(line[6:])
+                    if ev.get("usage"):
+                        n = int(ev["usage"]["completion_tokens"])
+                    if any(ch.get("delta", {}).get("content") for ch in ev.get("choices", [])):
+                        stamps.append(time.perf_counter())
+            out.append((n - 1) / (stamps[-1] - stamps[0]) if n > 1 and len(stamps) > 1 else float("nan"))
+    return out
+
+
+def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    from agentmill.methods.dspark.data import builtin_prompts
+
+    texts = [it.text for it in builtin_prompts("test", s.requests, seed=13)]
+    port = _port()
+    args = [sys.executable, "-m", "agentmill.cli.main", "serve", "--model", s.model, "--port", str(port),
+            "--threads", str(s.threads), "--max-num-seqs", "4", "--policy", s.policy,
+            "--served-model-name", "m"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 900
+        ctx.progress("starting agentmill serve", 0, None)
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"agentmill serve exited: {proc.stdout.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("agentmill serve did not come up in 15 min")
+            time.sleep(0.3)
+        ctx.progress("HTTP requests (C = 1)", 0, s.requests)
+        http = _http_tps(f"http://127.0.0.1:{port}/v1", "m", texts, s.max_tokens)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    ctx.progress("in-process requests (C = 1)", 0, s.requests)
+    direct = _engine_direct(s, texts)
+    ratio = np.array(http) / np.array(direct)
+    ratio = ratio[np.isfinite(ratio)]
+    ctx.data.update({"http_tps": http, "direct_tps": direct})
+    return {"srv_http_over_direct": bootstrap_ci(ratio, np.mean, n_boot=s.n_boot, seed=s.seed)}
+
+
+def _engine_direct(s: Setup, texts: list[str]) -> list[float]:
+    """The same engine and policy as the server builds, driven without HTTP (``SpecEngine.step`` in this thread)."""
+    from agentmill.lm.engine import SamplingParams
+    from agentmill.methods.dspark.data import chat_ids
+
+    spec = _build(s)
+    out = []
+    for t in texts:
+        rid = spec.add_request(chat_ids(spec.target.tokenizer, t), SamplingParams(temperature=0,
+                                                                                 max_tokens=s.max_tokens))
+        stamps, n = [], 0
+        while spec.has_work():
+            for o in spec.step():
+                if o.rid == rid and o.token_ids:
+                    stamps.append(time.perf_counter())
+                    n += len(o.token_ids)
+        out.append((n - 1) / (stamps[-1] - stamps[0]) if n > 1 and len(stamps) > 1 else float("nan"))
+    return out
+
+
+def _build(s: Setup) -> Any:
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.pipeline import tapped_engine
+
+    if s.policy == "off":
+        return SpecEngine(tapped_engine((), threads=s.threads, model="tiny" if s.model == "tiny" else "smollm2"),
+                          max_num_seqs=4)
+    from agentmill.methods.dspark.drafter import DSparkDrafter
+    from agentmill.methods.dspark.pipeline import shipped_drafter
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    engine = tapped_engine((1, 10, 19, 28), threads=s.threads)
+    ck = shipped_drafter(engine)
+    sps = _serve_table(engine)
+    return SpecEngine(engine, DSparkProposer(DSparkDrafter.load(ck, engine), DSparkDrafter.calibration_of(ck)),
+                      policy=s.policy, sps=sps, max_num_seqs=4)
+
+
+def _serve_table(engine: Any) -> Any:
+    """The SPS table the server profiled at start-up (same path and grid as ``agentmill serve``)."""
+    from agentmill.methods.dspark.costmodel import SPSTable
+    from agentmill.methods.dspark.pipeline import artifacts_root
+
+    return SPSTable.load(artifacts_root(engine.fingerprint) / f"sps-serve-t{engine.engine_config.threads}-r4.json")
+
+
+EXPERIMENT = Experiment(
+    id="e179.server",
+    title="DSpark served over the OpenAI-compatible API: HTTP vs in-process decode speed",
+    paper=PAPER,
+    claims=CLAIMS,
+    setups=SETUPS,
+    measure=measure,
+    scale_note="SmolLM2-135M fp32, 1 thread, loopback HTTP with SSE; quick: 6 requests × 64 tokens.",
+    requires=frozenset({"hf", "serve"}),
+)
