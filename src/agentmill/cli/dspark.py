@@ -43,29 +43,22 @@ def _positive(name: str, v: int) -> int:
 
 
 def stage_corpus(engine, n: int, max_new: int, temperature: float, out: Path, seed: int = 0) -> Path:
-    from agentmill.methods.dspark.data import build_corpus, builtin_prompts
+    from agentmill.methods.dspark.pipeline import ensure_corpus
 
-    prompts = builtin_prompts("train", n, seed=seed)
-    done = len(out.read_text().splitlines()) if out.exists() else 0
-    if done >= n:
-        return out
     prog, tick = _bar(n, "corpus (target answers)")
-    tick(done)
     try:
-        return build_corpus(engine, prompts, out, temperature=temperature, max_new=max_new, seed=seed,
-                            progress=tick)
+        return ensure_corpus(engine, n, max_new, temperature, out, seed=seed, progress=tick)
     finally:
         prog.stop()
 
 
 def stage_cache(engine, corpus: Path, out: Path, layers: tuple[int, ...]):
     from agentmill.methods.dspark.data import load_corpus
-    from agentmill.methods.dspark.features import build_feature_cache
+    from agentmill.methods.dspark.pipeline import ensure_cache
 
-    n = len(load_corpus(corpus))
-    prog, tick = _bar(n, "feature cache")
+    prog, tick = _bar(len(load_corpus(corpus)), "feature cache")
     try:
-        return build_feature_cache(engine, corpus, out, layers=layers, progress=tick)
+        return ensure_cache(engine, corpus, out, layers, progress=tick)
     finally:
         prog.stop()
 

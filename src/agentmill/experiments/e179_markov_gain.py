@@ -149,16 +149,18 @@ def _macro_ratio(tb: np.ndarray, ta: np.ndarray, dom: np.ndarray) -> float:
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.cli.dspark import stage_cache, stage_corpus
-    from agentmill.methods.dspark.pipeline import artifacts_root, asset_dir, tapped_engine
+    from agentmill.methods.dspark.pipeline import (artifacts_root, asset_dir, ensure_cache, ensure_corpus,
+                                                   tapped_engine)
 
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     engine = tapped_engine(_layers(s.model), final_hidden=True, model=s.model)
     name = f"corpus-train-{s.corpus_prompts}x{s.corpus_max_new}.jsonl"
     corpus = asset_dir() / name if s.model == "smollm2" and (asset_dir() / name).exists() \
         else artifacts_root(engine.fingerprint) / name
-    stage_corpus(engine, s.corpus_prompts, s.corpus_max_new, 1.0, corpus)
-    cache = stage_cache(engine, corpus, artifacts_root(engine.fingerprint) / f"cache-{corpus.stem}", _layers(s.model))
+    ctx.progress("A1 corpus and feature cache", 0, None)
+    ensure_corpus(engine, s.corpus_prompts, s.corpus_max_new, 1.0, corpus)
+    cache = ensure_cache(engine, corpus, artifacts_root(engine.fingerprint) / f"cache-{corpus.stem}",
+                         _layers(s.model))
     ckpts = _train_branches(s, ctx, engine, cache, corpus)
     res_path = ctx.work_dir / "eval.json"
     res = json.loads(res_path.read_text()) if res_path.exists() else {}

@@ -104,3 +104,25 @@ def shipped_drafter(engine: Any) -> Path:
             return p
     raise FileNotFoundError("no trained DSpark drafter for this target: run `agentmill dspark train` (about 30 min "
                             "on 2 cores; every stage is cached)")
+
+
+def ensure_corpus(engine: Any, n: int, max_new: int, temperature: float, out: Path, *, seed: int = 0,
+                  progress: Any = None) -> Path:
+    """The corpus of the target's answers to ``n`` training prompts at ``out`` (generated, or completed after an
+    interruption, only when it is short)."""
+    from agentmill.methods.dspark.data import build_corpus, builtin_prompts
+
+    out = Path(out)
+    done = len(out.read_text().splitlines()) if out.exists() else 0
+    if done >= n:
+        return out
+    if progress is not None:
+        progress(done)
+    return build_corpus(engine, builtin_prompts("train", n, seed=seed), out, temperature=temperature,
+                        max_new=max_new, seed=seed, progress=progress)
+
+
+def ensure_cache(engine: Any, corpus: Path, out: Path, layers: tuple[int, ...], *, progress: Any = None) -> Any:
+    from agentmill.methods.dspark.features import build_feature_cache
+
+    return build_feature_cache(engine, corpus, out, layers=layers, progress=progress)
