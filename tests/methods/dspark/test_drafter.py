@@ -176,3 +176,24 @@ def test_export_round_trip_keeps_names_shapes_and_outputs(setup, tmp_path):
     batch = make_batch(cache, np.arange(4), d, 4, np.random.default_rng(0))
     with torch.no_grad():
         assert torch.equal(forward_train(d, batch).loss, forward_train(back, batch).loss)
+
+
+@pytest.mark.parametrize("policy", ["dspark", "dspark-async", "threshold:0.3", "fixed:1"])
+def test_every_policy_is_greedy_lossless_in_the_engine(setup, policy):
+    from agentmill.lm.engine import SamplingParams
+    from agentmill.methods.dspark.costmodel import SPSTable
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    eng, corpus, _, _ = setup
+    d = _drafter(eng, corpus, vocab=128)
+    B = list(range(1, 65))
+    sps = SPSTable(B, [1], [512], {"r=1,ctx=512": [1 + 0.05 * (b - 1) for b in B]})
+    tok = eng.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=True)
+               for t in ("abc abc abc", "count: 1 2 3 4", "hello")]
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    plain = _run(SpecEngine(eng), prompts, params)
+    spec = SpecEngine(eng, DSparkProposer(d), policy=policy, sps=sps)
+    assert _run(spec, prompts, params) == plain
+    assert spec.policy.startswith(policy.split(":")[0])
