@@ -159,7 +159,7 @@ class SpecEngine:
             if tuple(target.engine_config.tap_layers) != want:
                 raise ValueError(f"the DSpark proposer needs the target to tap layers {want}, it taps "
                                  f"{tuple(target.engine_config.tap_layers)}")
-        self.max_len = int(getattr(proposer, "max_len", 0) or 0) if proposer is not None else 0
+        self.max_len = int(getattr(proposer, "max_len", 0) or verify_len) if proposer is not None else 0
         self.max_num_seqs, self.max_step_tokens = max_num_seqs, max_step_tokens
         self.policy = getattr(policy, "name", str(policy))
         self.stats = SpecStats(position_reached=[0] * max(self.max_len, 1),
