@@ -100,17 +100,22 @@ class LlamaForward:
         rot = torch.cat([-x[..., half:], x[..., :half]], -1)
         return x * cos + rot * sin
 
-    def _head(self, x: Any) -> Any:
-        """LM-head logits (float32). With 2 or 3 rows, CPU GEMM kernels for this wide matrix were 2.5–3.8× slower
-        than with 4 (measured on this machine: 24.6 / 37.9 ms vs 19.9 ms for 4 rows, 10.6 ms for 1), which would
-        tax exactly the short verify blocks (ℓ = 1, 2) a scheduler picks under load; so those are padded to 4."""
+    @staticmethod
+    def _lin(x: Any, w: Any) -> Any:
+        """``F.linear`` with 2- or 3-row inputs padded to 4 rows. On this CPU the GEMM kernels chosen for 2–3 rows
+        were slower than for 4 (LM head: 24.6 / 37.9 ms vs 19.9 ms for 4 rows and 10.6 ms for 1; a whole 2-token
+        forward cost more than a 4-token one), which would tax exactly the short verify blocks (ℓ = 1, 2) that a
+        scheduler picks under load and the MTP-1-like baseline."""
         import torch
         import torch.nn.functional as F
 
         n = x.shape[0]
         if n in (2, 3):
-            x = torch.cat([x, x.new_zeros((4 - n, x.shape[1]))])
-        return F.linear(x, self.lm_head)[:n].float()
+            return F.linear(torch.cat([x, x.new_zeros((4 - n, x.shape[1]))]), w)[:n]
+        return F.linear(x, w)
+
+    def _head(self, x: Any) -> Any:
+        return self._lin(x, self.lm_head).float()
 
     # ------------------------------------------------------------------ forward
     def forward(self, batch: RaggedBatch, kv: KVPool) -> ForwardOut:
@@ -138,7 +143,7 @@ class LlamaForward:
         nq, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         for li, L in enumerate(self.layers):
             x = self._rms(h, L["in_norm"])
-            qkv = F.linear(x, L["qkv"])
+            qkv = self._lin(x, L["qkv"])
             q = qkv[:, : nq * hd].view(-1, nq, hd)
             k = qkv[:, nq * hd: (nq + nkv) * hd].view(-1, nkv, hd)
             v = qkv[:, (nq + nkv) * hd:].view(-1, nkv, hd)
@@ -158,11 +163,11 @@ class LlamaForward:
                     o = F.scaled_dot_product_attention(qj[None], K[None], V[None], attn_mask=mask,
                                                        enable_gqa=nkv != nq)
                 out[a:b] = o[0].transpose(0, 1)
-            h = h + F.linear(out.reshape(-1, nq * hd), L["o"])
+            h = h + self._lin(out.reshape(-1, nq * hd), L["o"])
             x = self._rms(h, L["post_norm"])
-            gu = F.linear(x, L["gate_up"])
+            gu = self._lin(x, L["gate_up"])
             gate, up = gu[:, : cfg.intermediate_size], gu[:, cfg.intermediate_size:]
-            h = h + F.linear(F.silu(gate) * up, L["down"])
+            h = h + self._lin(F.silu(gate) * up, L["down"])
             if li in self.ecfg.tap_layers:
                 taps.append(h)
         for j, it in enumerate(batch.items):
