@@ -33,6 +33,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_speed_single_user",
     "agentmill.experiments.e179_load_vs_fixed",
     "agentmill.experiments.e179_server",
+    "agentmill.experiments.e179_counterexample",
 )
 
 _registry: dict[str, Experiment] | None = None
