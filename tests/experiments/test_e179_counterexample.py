@@ -25,3 +25,33 @@ def test_smoke(tmp_path):
     m = exp.measure(exp.setups["smoke"], ctx)
     assert m["nc1_retro_error"].value > 0.1 and m["t3_mc_max_dev"].value < 0.05
     assert exp.plots(ctx.data, tmp_path)
+
+
+def test_lossless_exact_smoke_and_its_negative_controls(tmp_path):
+    exp = get("e179.lossless_exact")
+    ctx = RunContext(profile="smoke", model="none", executor=make_executor("serial"), work_dir=tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["t1_max_error"].value < 1e-12
+    assert m["nc3_anticipating_error"].value > 1e-3 and m["nc1b_retro_error"].value > 1e-3
+    assert m["nc4_s0_refused"].value == 1
+    assert exp.plots(ctx.data, tmp_path)
+
+
+def test_a_verification_mutant_is_caught():
+    """Replacement drawn from p instead of the residual: the enumeration must show the bias."""
+    import numpy as np
+
+    from agentmill.methods.dspark import exact
+    from agentmill.methods.dspark.policies import make_policy
+
+    tgt = exact.ToyMarkovLM(V=4, temperature=1.0)
+    dr = exact.ToyDrafter(V=4, gamma=2)
+    good = exact.exact_output_distribution(tgt, dr, (1, 2), 3, exact.policy_lengths(make_policy("fixed:2")))
+    assert exact.max_abs_error(good, tgt.joint((1, 2), 3), 3) < 1e-12
+    orig = np.maximum
+    try:
+        exact.np.maximum = lambda a, b: a            # residual = p: the classic bug
+        bad = exact.exact_output_distribution(tgt, dr, (1, 2), 3, exact.policy_lengths(make_policy("fixed:2")))
+    finally:
+        exact.np.maximum = orig
+    assert exact.max_abs_error(bad, tgt.joint((1, 2), 3), 3) > 1e-3

@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_load_vs_fixed",
     "agentmill.experiments.e179_server",
     "agentmill.experiments.e179_counterexample",
+    "agentmill.experiments.e179_lossless_exact",
 )
 
 _registry: dict[str, Experiment] | None = None
