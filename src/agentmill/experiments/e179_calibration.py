@@ -39,6 +39,7 @@ class Setup:
     drafter: str = "shipped"
     """``shipped`` (assets/, else the default ``agentmill dspark train`` output), ``random`` (smoke) or a path."""
     model: str = "smollm2"
+    threads: int = 2
 
 
 SETUPS = {
@@ -102,7 +103,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.dspark.pipeline import tapped_engine
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
-    engine = tapped_engine(layers, model=s.model)
+    engine = tapped_engine(layers, model=s.model, threads=s.threads)
     drafter = load_drafter(s.drafter, engine, s.model)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.work_dir / f"rounds-{s.drafter.replace('/', '_')}-{s.calib_prompts}-{s.test_prompts}-{s.max_new}.json"

@@ -46,6 +46,7 @@ class Setup:
     seed: int = 0
     n_boot: int = 10_000
     model: str = "smollm2"
+    threads: int = 2
 
 
 SETUPS = {
@@ -153,7 +154,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                                    tapped_engine)
 
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    engine = tapped_engine(_layers(s.model), final_hidden=True, model=s.model)
+    engine = tapped_engine(_layers(s.model), final_hidden=True, model=s.model, threads=s.threads)
     name = f"corpus-train-{s.corpus_prompts}x{s.corpus_max_new}.jsonl"
     corpus = asset_dir() / name if s.model == "smollm2" and (asset_dir() / name).exists() \
         else artifacts_root(engine.fingerprint) / name

@@ -35,6 +35,7 @@ class Setup:
     policy: str = "dspark-async"
     drafter: str = "shipped"
     model: str = "smollm2"
+    threads: int = 2
     seed: int = 0
 
 
@@ -109,7 +110,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.dspark.pipeline import tapped_engine
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
-    engine = tapped_engine(layers, model=s.model)
+    engine = tapped_engine(layers, model=s.model, threads=s.threads)
     drafter = load_drafter(s.drafter, engine, s.model)
     sps = sps_table(engine, ctx, quick=True, max_r=16) if s.policy.startswith(("dspark", "dsd")) else None
     prompts = [chat_ids(engine.tokenizer, it.text) for it in builtin_prompts("test", s.prompts, seed=11)]
