@@ -55,3 +55,12 @@ def test_a_verification_mutant_is_caught():
     finally:
         exact.np.maximum = orig
     assert exact.max_abs_error(bad, tgt.joint((1, 2), 3), 3) > 1e-3
+
+
+def test_lossless_mc_smoke_detects_the_retrospective_search(tmp_path):
+    exp = get("e179.lossless_mc")
+    ctx = RunContext(profile="smoke", model="none", executor=make_executor("serial"), work_dir=tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["t2_min_holm_p"].value > 1e-4          # a causal policy passes even at 2k samples
+    assert m["t2_retro_p"].value < 1e-3             # and the trap is visible already
+    assert exp.plots(ctx.data, tmp_path)

@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_server",
     "agentmill.experiments.e179_counterexample",
     "agentmill.experiments.e179_lossless_exact",
+    "agentmill.experiments.e179_lossless_mc",
 )
 
 _registry: dict[str, Experiment] | None = None
