@@ -98,7 +98,7 @@ def sps_table(engine: Any, ctx: RunContext, *, quick: bool, max_r: int = 1, tag:
         return SPSTable.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ctx.progress("profiling SPS(B)", 0, None)
-    bs = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64] if quick else \
+    bs = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64, 128] if quick else \
         list(range(1, 17)) + [20, 24, 32, 40, 48, 64, 96, 128]
     rs = [r for r in (1, 4, 16) if r <= max_r]
     grid = {"B": bs, "R": rs, "ctx": [128, 512] if quick else [128, 512, 1024]}

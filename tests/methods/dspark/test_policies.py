@@ -109,3 +109,10 @@ def test_profile_on_the_tiny_engine():
         warnings.simplefilter("ignore")
         t = SPSTable.profile(engine_step_fn(eng), {"B": [1, 8, 64], "R": [1, 4], "ctx": [32]}, reps=2, warmup=1)
     assert t.max_B == 64 and all(v > 0 for row in t.step_seconds.values() for v in row)
+
+
+def test_a_step_already_past_the_table_verifies_nothing_extra():
+    sps = linear_table(0.5, max_b=16)
+    assert schedule(np.array([[0.99, 0.99]]), [2], sps, "dspark", extra_tokens=40).tolist() == [0]
+    assert schedule(np.array([[0.99, 0.99]]), [2], sps, "dspark-async", extra_tokens=40,
+                    stale_survival=np.array([[0.9, 0.8]])).tolist() == [0]

@@ -59,6 +59,9 @@ def schedule(conf: np.ndarray, avail: np.ndarray, sps: Any, policy: str, *, req_
     if R == 0:
         return ell
 
+    if B >= sps.max_B:
+        return ell      # the step is already at or past the profiled range (a long prefill chunk): verify nothing extra
+
     def theta(t: float, b: int) -> float:
         return t * sps.sps(b, R, ctx)
 
