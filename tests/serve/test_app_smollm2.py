@@ -1,5 +1,6 @@
 """Load test on the embedded SmolLM2 (issue 5's bar for the server): 8 concurrent streaming chat clients, zero
-failed requests, each greedy output identical to decoding that request alone."""
+failed requests, each greedy output identical to decoding that request alone — with plain decoding and with the
+shipped DSpark drafter under the dspark-async scheduler."""
 
 from __future__ import annotations
 
@@ -19,9 +20,23 @@ QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 7
              "What do bees make?", "Give one synonym for happy.", "How many legs has a spider?", "What is H2O?"]
 
 
-def test_concurrent_streaming_clients_match_single_request_greedy():
-    eng = LlamaEngine.smollm2_135m(EngineConfig(threads=2))
-    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=8)).start()
+def _dspark(eng):
+    from agentmill.methods.dspark.costmodel import SPSTable
+    from agentmill.methods.dspark.drafter import DSparkDrafter
+    from agentmill.methods.dspark.pipeline import shipped_drafter
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    ck = shipped_drafter(eng)
+    B = [1, 2, 4, 8, 16, 32, 64, 128]
+    sps = SPSTable(B, [1, 4], [256], {f"r={r},ctx=256": [0.05 * (1 + 0.08 * (b - 1)) for b in B] for r in (1, 4)})
+    return SpecEngine(eng, DSparkProposer(DSparkDrafter.load(ck, eng), DSparkDrafter.calibration_of(ck)),
+                      policy="dspark-async", sps=sps, max_num_seqs=8)
+
+
+@pytest.mark.parametrize("mode", ["plain", "dspark-async"])
+def test_concurrent_streaming_clients_match_single_request_greedy(mode):
+    eng = LlamaEngine.smollm2_135m(EngineConfig(threads=2, tap_layers=(1, 10, 19, 28) if mode != "plain" else ()))
+    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=8) if mode == "plain" else _dspark(eng)).start()
     try:
         with serve(create_app(loop, served_model_name="smollm2-135m")) as url:
             def ask(q):
