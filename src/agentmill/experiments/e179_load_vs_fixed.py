@@ -132,6 +132,13 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                          "per_user_tps": float(np.nanmean([r["per_user_tps"] for r in rows])),
                          "tau": float(np.mean([r["tau"] for r in rows]))}
     ctx.data["points"] = {a: {str(c): v for c, v in d.items()} for a, d in agg.items()}
+    if "off" in arms and 1 in cs:
+        # Ld (report): the highest throughput each policy reaches while every user keeps ≥ 50% / 80% of the
+        # single-user plain-decoding speed
+        base = agg["off"][1]["per_user_tps"]
+        ctx.data["sla"] = {f"{int(f * 100)}%": {a: max([v["throughput"] for v in agg[a].values()
+                                                         if v["per_user_tps"] >= f * base] or [0.0]) for a in arms}
+                           for f in (0.5, 0.8)}
     out: dict[str, Estimate] = {}
     main = "dspark-async" if "dspark-async" in arms else arms[-1]
     fixed = [a for a in arms if a.startswith("fixed:")]
