@@ -62,6 +62,9 @@ CLAIMS = (
     Claim("E179-Lb", "Where fixed:7 falls below AR, the scheduler does not: min over those C of dspark-async / AR "
           "(inconclusive when fixed:7 never falls below AR).", "[P] DSpark §5.2", "—", "lb_collapse_guard", ">=",
           0.97, judge_on="point"),
+    Claim("E179-L2", "The trace simulator predicts the real engine: largest |simulated / real throughput − 1| over "
+          "the arms and concurrencies of the sweep.", "[R] spec §7 L2", "—", "l2_sim_max_dev", "<=", 0.15,
+          judge_on="point"),
     Claim("E179-Le", "Adaptive verification costs little at low load: min over C ∈ {1, 2} of dspark-async / "
           "fixed:7 throughput.", "[E] vLLM #52362: −4.7 to −8.3%", "−4.7 to −8.3%", "le_low_load", ">=", 0.95,
           judge_on="point"),
@@ -140,6 +143,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                                          if v["per_user_tps"] >= f * base] or [0.0]) for a in arms}
                            for f in (0.5, 0.8)}
     out: dict[str, Estimate] = {}
+    out.update(_simulator_check(s, ctx, engine, drafter, prompts, params, sps, arms, cs, agg))
     main = "dspark-async" if "dspark-async" in arms else arms[-1]
     fixed = [a for a in arms if a.startswith("fixed:")]
     if fixed:
@@ -167,6 +171,45 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data["matched"] = m
         out["lc_matched_ratio"] = Estimate.exact(m["geomean"])
     return out
+
+
+def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, prompts: list[list[int]], params: Any,
+                     sps: Any, arms: list[str], cs: list[int], agg: dict) -> dict[str, Estimate]:
+    """L2: record full-verification traces on the same prompts, replay every (arm, C) of the sweep in the simulator
+    and compare throughputs; then extend the sweep to C = 64 in the simulator (reported, not gated)."""
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.policies import make_policy
+    from agentmill.methods.dspark.proposers import DSparkProposer
+    from agentmill.methods.dspark.simulate import TraceSet, simulate
+
+    if sps is None:
+        from agentmill.experiments.e179_speed_single_user import sps_table
+
+        sps = sps_table(engine, ctx, quick=s.sps_quick, max_r=max(cs))
+    g = drafter.cfg.block_size
+    spec = SpecEngine(engine, DSparkProposer(drafter), verify_len=g, max_num_seqs=4, record_rounds=True)
+    for p in prompts[: max(4, len(prompts) // 2)]:
+        spec.add_request(p, params)
+    ctx.progress("L2 trace recording (full verification)", 0, None)
+    while spec.has_work():
+        spec.step()
+    st = spec.stats
+    traces = TraceSet.from_rounds(spec.rounds, None, st.draft_seconds / max(1, st.rounds),
+                                  [len(p) for p in prompts])
+    sim: dict[str, dict[str, float]] = {}
+    devs = []
+    for a in arms:
+        sim[a] = {}
+        for c in cs + [64]:
+            pt = simulate(traces, make_policy(a, sps), sps, concurrency=c, max_tokens=s.max_new,
+                          n_requests=4 * c + 8, seed=c)
+            sim[a][str(c)] = pt.throughput
+            if c in agg[a]:
+                devs.append(abs(pt.throughput / agg[a][c]["throughput"] - 1))
+    ctx.data["simulated_throughput"] = sim
+    ctx.data["trace"] = {"rounds": int(len(traces.accepted)), "tau_full": float(1 + traces.accepted.mean()),
+                         "draft_s_per_request": traces.draft_s_per_request}
+    return {"l2_sim_max_dev": Estimate.exact(max(devs) if devs else float("nan"), len(devs))}
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
