@@ -207,7 +207,8 @@ class DSparkDrafter(nn.Module):
         if r:
             self.markov_w1 = nn.Embedding(t.vocab_size, r)
             self.markov_w2 = nn.Linear(r, len(vocab.d2t), bias=False)
-            nn.init.normal_(self.markov_w1.weight, std=0.02)
+            # W1 keeps nn.Embedding's N(0, 1) init: with std 0.02 the gradient reaching the zero-initialised W2 was
+            # so small that 1,200 steps left the bias at std 0.09 logits (the shipped drafter; see docs/LOG.md)
             nn.init.zeros_(self.markov_w2.weight)   # the head starts as "no correction" (spec §2.6 step 9)
         if cfg.confidence_head:
             self.conf_proj = nn.Linear(d + (r if cfg.confidence_head_with_markov else 0), 1)
