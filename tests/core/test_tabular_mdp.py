@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from agentmill.core.tabular_mdp import (UNREACHABLE, TabularMDP, bfs_distance, log_ratio_advantage,
-                                        policy_evaluation, random_mdp, soft_advantage, soft_backward_induction,
+                                        policy_evaluation, random_mdp, random_token_mdp, soft_advantage,
+                                        soft_backward_induction,
                                         soft_policy_evaluation, soft_policy_iteration, soft_value_iteration)
 
 
@@ -220,3 +221,38 @@ def test_policy_evaluation_matches_monte_carlo(deterministic):
     # Q agrees with V: V = Σ_a π Q at live states
     live = ~mdp.absorbing
     assert np.allclose((np.nan_to_num(Q) * pi).sum(1)[live], V[live], atol=1e-12)
+
+
+# ---------------------------------------------------------------- token-level MDP (P-3)
+
+
+def test_token_mdp_indexing_by_hand():
+    tm = random_token_mdp(n_states=2, vocab=2, action_len=3, seed=0)
+    assert tm.n_nodes == 1 + 2 + 4
+    assert tm.node_of(()) == 0 and tm.node_of((1,)) == 2 and tm.node_of((1, 0)) == 5
+    assert tm.action_tokens[6].tolist() == [1, 1, 0]
+    r = tm.pi_ref_tokens
+    assert tm.action_pi_ref()[1, 6] == pytest.approx(r[1, 0, 1] * r[1, 2, 1] * r[1, 6, 0], rel=1e-14)
+    assert tm.action_pi_ref().sum(1) == pytest.approx(np.ones(2), abs=1e-14)
+
+
+@pytest.mark.parametrize("seed,deterministic,beta", [(0, False, 0.1), (1, True, 1.0), (2, False, 1.0)])
+def test_token_log_ratios_sum_to_the_step_advantage(seed, deterministic, beta):
+    """Σ_j β·log(π*(y_j|·)/π_ref(y_j|·)) = A*(s, a) where the token-level π* comes from solving the *token-level*
+    MDP directly (γ = 1 plus a discount state), independent of the action-level solution."""
+    tm = random_token_mdp(n_states=6, vocab=3, action_len=3, seed=seed, deterministic=deterministic,
+                          n_absorbing=1)
+    Q, V, _ = soft_value_iteration(tm.env, tm.action_pi_ref(), beta)
+    A = soft_advantage(Q, V)
+    mt, ref_t, index = tm.token_level()
+    _, Vt, pt = soft_value_iteration(mt, ref_t, beta)
+    assert np.max(np.abs(Vt[index[:, 0]] - V)) < 1e-10  # the root of each state has the env-level soft value
+    pi_tok = pt[index]
+    live = ~tm.env.absorbing
+    summed = tm.token_log_ratios(pi_tok, beta).sum(2)
+    assert np.max(np.abs(summed[live] - A[live])) < 1e-10
+    assert np.max(np.abs(tm.token_soft_optimum(Q, beta)[live] - pi_tok[live])) < 1e-10
+    # single tokens are not the advantage: mean and last differ from A* (P-3: only `sum` is exact)
+    per_tok = tm.token_log_ratios(pi_tok, beta)[live]
+    assert np.max(np.abs(per_tok[..., -1] - A[live])) > 1e-3
+    assert np.max(np.abs(per_tok.mean(2) - A[live])) > 1e-3

@@ -405,6 +405,144 @@ def random_mdp(n_states: int = 20, n_actions: int = 4, gamma: float = 0.9, alpha
     return mdp, ref
 
 
+@dataclass(frozen=True, eq=False)
+class TokenMDP:
+    """An environment MDP whose actions are strings of ``action_len`` tokens from a ``vocab``-token alphabet, with
+    an autoregressive reference policy over tokens (spec §2.9 ``random_token_mdp``; claim P-3).
+
+    Inside an action, token transitions are deterministic, carry no reward and are not discounted; the reward and
+    the environment transition apply after the last token. Prefixes are numbered as trie nodes: the prefix
+    (y_1..y_d), d < action_len, is node ``sum(vocab**k for k < d) + int(y_1..y_d in base vocab)``; the root (empty
+    prefix) is node 0. A complete action (y_1..y_L) is action ``int(y_1..y_L in base vocab)`` of ``env``.
+    """
+
+    env: TabularMDP
+    """Action-level MDP: S states, vocab**action_len actions, all valid."""
+    pi_ref_tokens: np.ndarray
+    """(S, n_nodes, vocab): π_ref(y | s, prefix node), each row a distribution (> 0)."""
+    vocab: int
+    """Alphabet size."""
+    action_len: int
+    """Tokens per action (L)."""
+
+    @property
+    def n_nodes(self) -> int:
+        return sum(self.vocab ** d for d in range(self.action_len))
+
+    @property
+    def action_tokens(self) -> np.ndarray:
+        """(A, L) int: the tokens of each action, most significant first."""
+        A = self.vocab ** self.action_len
+        a = np.arange(A)
+        return np.stack([(a // self.vocab ** (self.action_len - 1 - j)) % self.vocab
+                         for j in range(self.action_len)], 1)
+
+    def node_of(self, prefix: Sequence[int]) -> int:
+        """The trie node id of a prefix of length < action_len."""
+        d = len(prefix)
+        if d >= self.action_len:
+            raise ValueError(f"a prefix has at most {self.action_len - 1} tokens, got {d}")
+        code = 0
+        for y in prefix:
+            code = code * self.vocab + int(y)
+        return sum(self.vocab ** k for k in range(d)) + code
+
+    def _action_nodes(self) -> np.ndarray:
+        """(A, L) int: the node each token of each action is emitted from."""
+        toks = self.action_tokens
+        return np.array([[self.node_of(row[:j]) for j in range(self.action_len)] for row in toks])
+
+    def action_pi_ref(self) -> np.ndarray:
+        """(S, A): π_ref(a|s) = Π_j π_ref(y_j | s, y_<j), the action-level reference the token policy implies."""
+        toks, nodes = self.action_tokens, self._action_nodes()
+        return np.prod(self.pi_ref_tokens[:, nodes, toks], axis=2)
+
+    def token_log_ratios(self, pi_tokens: np.ndarray, beta: float) -> np.ndarray:
+        """(S, A, L): β·log(π(y_j|s, y_<j)/π_ref(y_j|s, y_<j)) along every action, for a token policy
+        ``pi_tokens`` of shape (S, n_nodes, vocab). Their sum over j is the action's log-ratio score (spec §2.7,
+        "Token granularity")."""
+        beta = _check_beta(beta)
+        toks, nodes = self.action_tokens, self._action_nodes()
+        return beta * (np.log(pi_tokens[:, nodes, toks]) - np.log(self.pi_ref_tokens[:, nodes, toks]))
+
+    def token_soft_optimum(self, Q_star: np.ndarray, beta: float) -> np.ndarray:
+        """Token-level π* from the action-level Q* (S, A) by the intra-action recursion
+        V(s, y_≤L) = Q*(s, a), V(s, y_<j) = β log Σ_y π_ref(y|·) exp(V(s, y_<j y)/β), π*(y|·) = π_ref·exp((V_child −
+        V)/β). Returns (S, n_nodes, vocab)."""
+        beta = _check_beta(beta)
+        S, v, L = self.env.n_states, self.vocab, self.action_len
+        child_vals = np.asarray(Q_star, dtype=np.float64).reshape(S, v ** (L - 1), v)  # depth L−1 nodes × token
+        out = np.empty((S, self.n_nodes, v))
+        for d in range(L - 1, -1, -1):
+            off = sum(v ** k for k in range(d))
+            ref = self.pi_ref_tokens[:, off:off + v ** d, :]
+            z = np.log(ref) + child_vals / beta
+            m = z.max(2, keepdims=True)
+            V = beta * (m[..., 0] + np.log(np.exp(z - m).sum(2)))
+            out[:, off:off + v ** d, :] = ref * np.exp((child_vals - V[..., None]) / beta)
+            out[:, off:off + v ** d, :] /= out[:, off:off + v ** d, :].sum(2, keepdims=True)
+            child_vals = V.reshape(S, v ** (d - 1), v) if d > 0 else V
+        return out
+
+    def token_level(self) -> tuple[TabularMDP, np.ndarray, np.ndarray]:
+        """The token-level MDP as one :class:`TabularMDP`, for solving it directly (an independent route to the
+        token-level π*).
+
+        States: (s, node) for every env state and prefix node, numbered ``s * n_nodes + node``, plus one absorbing
+        "discount" state. Actions: the vocab tokens. Discounting only between environment steps is expressed with
+        γ = 1 and a (1 − γ_env) probability of moving to the absorbing state after the last token, which has the
+        same Bellman equations as discounting by γ_env there. Returns ``(mdp, pi_ref (S_tok, vocab),
+        index (S, n_nodes))``.
+        """
+        env, v, L, N = self.env, self.vocab, self.action_len, self.n_nodes
+        S = env.n_states
+        n_tok = S * N + 1
+        dead = n_tok - 1
+        P = np.zeros((n_tok, v, n_tok))
+        R = np.zeros((n_tok, v))
+        index = np.arange(S * N).reshape(S, N)
+        for d in range(L):
+            off = sum(v ** k for k in range(d))
+            for code in range(v ** d):
+                node = off + code
+                for y in range(v):
+                    rows = index[:, node]
+                    if d < L - 1:
+                        child = sum(v ** k for k in range(d + 1)) + code * v + y
+                        P[rows, y, index[:, child]] = 1.0
+                    else:
+                        a = code * v + y
+                        R[rows, y] = env.R[:, a]
+                        P[rows, y, :S * N] = 0.0
+                        P[np.ix_(rows, [y], index[:, 0])] = env.gamma * env.P[:, a, :][:, None, :]
+                        P[rows, y, dead] = 1.0 - env.gamma
+        P[dead, :, dead] = 1.0
+        absorbing = np.zeros(n_tok, bool)
+        absorbing[dead] = True
+        absorbing[:S * N] = np.repeat(env.absorbing, N)
+        start = np.zeros(n_tok)
+        start[index[:, 0]] = env.start
+        ref = np.vstack([self.pi_ref_tokens.reshape(S * N, v), np.full((1, v), 1.0 / v)])
+        mdp = TabularMDP(P=P, R=R, gamma=1.0, absorbing=absorbing, start=start)
+        return mdp, ref, index
+
+
+def random_token_mdp(n_states: int = 10, vocab: int = 3, action_len: int = 3, gamma: float = 0.9,
+                     alpha: float = 0.5, deterministic: bool = False, seed: int = 0, *,
+                     n_absorbing: int = 0) -> TokenMDP:
+    """A random :class:`TokenMDP`: environment as in :func:`random_mdp` over vocab**action_len actions (all
+    valid), and an autoregressive π_ref(y | s, prefix) ~ Dirichlet(1) at every (state, prefix) (spec §2.9)."""
+    if vocab < 2 or action_len < 1:
+        raise ValueError("need vocab >= 2 and action_len >= 1")
+    env, _ = random_mdp(n_states, vocab ** action_len, gamma=gamma, alpha=alpha, deterministic=deterministic,
+                        seed=seed, n_absorbing=n_absorbing)
+    rng = np.random.default_rng((seed, 1))
+    n_nodes = sum(vocab ** d for d in range(action_len))
+    ref = np.maximum(rng.dirichlet(np.ones(vocab), size=(n_states, n_nodes)), 1e-12)
+    ref /= ref.sum(2, keepdims=True)
+    return TokenMDP(env=env, pi_ref_tokens=ref, vocab=vocab, action_len=action_len)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # oracle distances
 
