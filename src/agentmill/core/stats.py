@@ -216,3 +216,73 @@ def tost(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray | None
     p_lower = float(student_t.sf((mean + margin) / se, n - 1))
     p_upper = float(student_t.cdf((mean - margin) / se, n - 1))
     return TostResult(mean, margin, p_lower, p_upper, alpha)
+
+
+def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndarray) -> float:
+    """Area under the ROC curve = Pr(score of a positive > score of a negative), ties counting 1/2.
+
+    Computed as the Mann-Whitney U statistic over average ranks, O(n log n). ``labels`` are truthy for positives.
+    Raises ``ValueError`` when either class is empty (the AUROC is undefined there, not 0.5) or a score is NaN.
+    """
+    s = np.asarray(scores, dtype=float)
+    y = np.asarray(labels).astype(bool)
+    if s.ndim != 1 or s.shape != y.shape:
+        raise ValueError(f"scores and labels must be 1-D of equal length, got {s.shape} and {y.shape}")
+    if np.isnan(s).any():
+        raise ValueError("scores contain NaN; drop or impute them first (and report how many)")
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    if n1 == 0 or n0 == 0:
+        raise ValueError(f"auroc needs both classes, got {n1} positives and {n0} negatives")
+    _, inv, counts = np.unique(s, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    avg_rank = (ends - counts + 1 + ends) / 2.0  # 1-based ranks start+1..end, averaged over a tie block
+    r = avg_rank[inv.reshape(-1)]
+    u = r[y].sum() - n1 * (n1 + 1) / 2.0
+    return float(u / (n1 * n0))
+
+
+def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: Sequence[Any] | np.ndarray, *,
+                      n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> Estimate:
+    """Percentile bootstrap that resamples whole clusters (trajectories, tasks), not rows.
+
+    ``stat(rows)`` receives an int array of row indices (with repeats) and returns a float; the point value is
+    ``stat(arange(n))``. Rows inside a cluster are dependent (steps of one trajectory), so resampling rows would
+    give intervals that are too narrow. A resample on which ``stat`` is undefined (it returns NaN or raises
+    ``ValueError``, e.g. an AUROC without positives) is dropped; ``Estimate.method`` records how many were.
+    Paired comparisons come free: let ``stat`` return a difference of two statistics on the same rows.
+    """
+    c = np.asarray(clusters)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError(f"clusters must be a non-empty 1-D sequence, got shape {c.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    _, codes = np.unique(c, return_inverse=True)
+    codes = codes.reshape(-1)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    members = [order[a:a + k] for a, k in zip(starts, counts)]
+    value = float(stat(np.arange(c.size)))
+    n_clusters = counts.size
+    rng = np.random.default_rng(seed)
+    boots = []
+    dropped = 0
+    for _ in range(n_boot):
+        pick = rng.integers(0, n_clusters, size=n_clusters)
+        rows = np.concatenate([members[k] for k in pick])
+        try:
+            b = float(stat(rows))
+        except ValueError:
+            b = math.nan
+        if math.isnan(b):
+            dropped += 1
+        else:
+            boots.append(b)
+    if not boots or math.isnan(value):
+        return Estimate(value, math.nan, math.nan, n=n_clusters, level=level,
+                        method=f"cluster_bootstrap(dropped={dropped})")
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(np.asarray(boots), [alpha, 1 - alpha])
+    return Estimate(value, float(min(lo, value)), float(max(hi, value)), n=n_clusters, level=level,
+                    method=f"cluster_bootstrap(dropped={dropped})" if dropped else "cluster_bootstrap")
