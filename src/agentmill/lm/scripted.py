@@ -322,3 +322,77 @@ def load(rest: str, **_: object) -> ScriptedLM | ScriptedWhiteBoxLM:
     if rest not in PRESETS:
         raise ValueError(f"unknown scripted preset {rest!r}; presets: {', '.join(sorted(PRESETS))}")
     return PRESETS[rest]()
+
+
+# ------------------------------------------------------------------------------------------ scoring fake
+class ScriptedScoringLM:
+    """A canned token scorer for tests of segment scoring (``lm.scoring``) and the progress advantage.
+
+    Tokens are whitespace-separated words looked up in ``vocab`` (id = index; id 0 is ``<bos>``; an unknown word
+    raises ``ValueError`` so a test never scores a word it did not plan for). The predictive distribution after a
+    context is the canned vector ``next_logprobs(context_ids) -> (V,)`` — or, given a mapping ``{word: logprob}``,
+    the same context-free vector everywhere (missing words get ``default``). So log p(w | context) is whatever the
+    test wrote down, and the top-k mean is the mean of the k largest entries of that vector. The vector need not
+    be normalised: this is a fake for checking bookkeeping, not a model.
+    """
+
+    bos_id = 0
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __init__(self, vocab: Sequence[str], logprobs: Mapping[str, float] | Callable[[tuple[int, ...]], Any], *,
+                 default: float = -1.0, spec: str = "scripted:scoring", max_positions: int | None = None) -> None:
+        self.vocab = ("<bos>", *[w for w in vocab if w != "<bos>"])
+        self._index = {w: i for i, w in enumerate(self.vocab)}
+        if len(self._index) != len(self.vocab):
+            raise ValueError("ScriptedScoringLM: duplicate words in vocab")
+        if isinstance(logprobs, Mapping):
+            unknown = set(logprobs) - set(self._index)
+            if unknown:
+                raise ValueError(f"ScriptedScoringLM: logprobs for words outside vocab: {sorted(unknown)}")
+            table = np.full(len(self.vocab), float(default))
+            for w, v in logprobs.items():
+                table[self._index[w]] = float(v)
+            self._next = lambda ctx: table
+        else:
+            self._next = logprobs
+        self.spec, self.max_positions = spec, max_positions
+        self.calls: list[list[list[int]]] = []
+
+    def encode(self, text: str) -> list[int]:
+        out = []
+        for w in text.split():
+            if w not in self._index:
+                raise ValueError(f"ScriptedScoringLM: word {w!r} is not in the vocabulary")
+            out.append(self._index[w])
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.vocab[i] for i in ids if i != self.bos_id)
+
+    def tokenizer_fingerprint(self) -> str:
+        return "scripted-words:" + "|".join(self.vocab)
+
+    def score_token_ids(self, seqs: Sequence[Sequence[int]], *, top_k: int = 0,
+                        ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Per sequence: log p(x_t | x_<t) for t >= 1 (index 0 NaN) and the top-k mean, float32."""
+        self.calls.append([list(s) for s in seqs])
+        out = []
+        for s in seqs:
+            lp = np.full(len(s), np.nan, dtype=np.float32)
+            tk = np.full(len(s), np.nan, dtype=np.float32) if top_k else None
+            for t in range(1, len(s)):
+                vec = np.asarray(self._next(tuple(int(x) for x in s[:t])), dtype=np.float64)
+                lp[t] = vec[int(s[t])]
+                if tk is not None:
+                    tk[t] = np.sort(vec)[::-1][:top_k].mean()
+            out.append((lp, tk))
+        return out
+
+    def logprobs(self, prompt: Prompt, continuation: str) -> np.ndarray:
+        ctx = [self.bos_id] + self.encode(plain_transcript(prompt))
+        cont = self.encode(continuation)
+        lp, _ = self.score_token_ids([ctx + cont])[0]
+        return lp[len(ctx):].astype(np.float64)
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerateConfig = GenerateConfig()) -> list[Completion]:
+        raise LMError(f"{self.spec} only scores text; it does not generate")
