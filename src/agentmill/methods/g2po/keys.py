@@ -1,0 +1,153 @@
+"""State keys: which observations count as "the same state" in GiGPO anchor groups and G2PO graph nodes.
+
+The key decides everything (spec agent-credit.md §5.3): over-merging aliases different true states ("Nothing
+happens."), under-merging splits one state over volatile ids and timestamps. A key function is
+``key_fn(obs, info) -> Hashable``; it never sees ``info["oracle"]`` (``StepTable`` refuses that namespace).
+
+Built-ins (spec §2.6): ``ExactKey``, ``ScrubbedKey``, ``FieldsKey``, ``HashKey``, and ``cluster_similar``, the
+GiGPO similarity grouping, which compares observations with each other and so is a grouping pass, not a key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import warnings
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+StateKeyFn = Callable[[str, Mapping[str, Any]], Hashable]
+
+UNIQUE_OBS_PATTERN = (r"\s*\[request [0-9a-f]{8} at "
+                      r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]")
+"""Regex of the field ``UniqueObsWrapper`` (envs/wrappers.py) appends: ``[request <8 hex> at <ISO timestamp>]``
+(spec §6.2), with the whitespace before it, so that scrubbing restores the wrapped text exactly."""
+
+SIMILARITY_WARN_ROWS = 5000
+"""``cluster_similar`` warns above this many rows per group: it makes O(rows x clusters) ratio calls (spec §2.6)."""
+
+_WS = re.compile(r"\s+")
+
+
+def _require_str(x: Any, what: str) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"state key: {what} must be str, got {type(x).__name__}")
+    return x
+
+
+@dataclass(frozen=True)
+class ExactKey:
+    """The observation text itself; with ``normalize_ws`` whitespace runs collapse to one space and the ends are
+    stripped, so re-wrapped text still merges."""
+
+    normalize_ws: bool = True
+
+    def __call__(self, obs: str, info: Mapping[str, Any]) -> str:
+        _require_str(obs, "observation")
+        return _WS.sub(" ", obs).strip() if self.normalize_ws else obs
+
+
+@dataclass(frozen=True)
+class ScrubbedKey:
+    """Remove regex matches (volatile request ids, timestamps) before keying with ``base``.
+
+    String values of ``info`` are scrubbed too, so ``ScrubbedKey(UNIQUE_OBS_PATTERN, FieldsKey(...))`` undoes the
+    UniqueObs wrapper for field keys as well (the wrapper also edits ``info["description"]``).
+    """
+
+    patterns: str | Sequence[str] = (UNIQUE_OBS_PATTERN,)
+    base: StateKeyFn = field(default_factory=ExactKey)
+
+    def __post_init__(self) -> None:
+        pats = (self.patterns,) if isinstance(self.patterns, str) else tuple(self.patterns)
+        object.__setattr__(self, "patterns", pats)
+        object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in pats))
+
+    def _scrub(self, text: str) -> str:
+        for rx in self._compiled:  # type: ignore[attr-defined]
+            text = rx.sub("", text)
+        return text
+
+    def __call__(self, obs: str, info: Mapping[str, Any]) -> Hashable:
+        obs = self._scrub(_require_str(obs, "observation"))
+        info = {k: self._scrub(v) if isinstance(v, str) else v for k, v in info.items()}
+        return self.base(obs, info)
+
+
+def _hashable(v: Any) -> Hashable:
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+@dataclass(frozen=True)
+class FieldsKey:
+    """A tuple of ``info`` fields, e.g. ("description", "inventory"): the room and what is carried, without the
+    feedback line, so the same state merges whatever message came with it. Default key for TextWorld and KeyDoor
+    (spec §2.6). Whitespace in string fields is normalised like ``ExactKey``."""
+
+    fields: tuple[str, ...] = ("description", "inventory")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", (self.fields,) if isinstance(self.fields, str) else tuple(self.fields))
+
+    def __call__(self, obs: str, info: Mapping[str, Any]) -> Hashable:
+        out = []
+        for f in self.fields:
+            if f not in info:
+                raise KeyError(f"FieldsKey: info has no field {f!r} (fields present: {sorted(info)}); "
+                               "request it from the environment or choose another key")
+            v = info[f]
+            out.append(_WS.sub(" ", v).strip() if isinstance(v, str) else _hashable(v))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class HashKey:
+    """sha1 hex digest of the base key's text: constant-size keys for very long observations."""
+
+    base: StateKeyFn = field(default_factory=ExactKey)
+
+    def __call__(self, obs: str, info: Mapping[str, Any]) -> str:
+        k = self.base(obs, info)
+        text = k if isinstance(k, str) else repr(k)
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def cluster_similar(texts: Sequence[str], threshold: float = 0.95) -> list[int]:
+    """Greedy similarity clusters (GiGPO's similarity option; spec §2.3 step 2).
+
+    Each text joins the first existing cluster (in creation order) whose representative - its first member in
+    input order - has ``difflib.SequenceMatcher(None, rep, text).ratio() >= threshold``; otherwise it founds a new
+    cluster. Identical texts always share a cluster. Returns one cluster id (0, 1, ... in order of creation) per
+    text. O(n x clusters) ratio calls: warns above ``SIMILARITY_WARN_ROWS`` texts.
+    """
+    if not (0.0 < threshold < 1.0):
+        raise ValueError(f"cluster_similar: threshold must be in (0, 1), got {threshold}")
+    if len(texts) > SIMILARITY_WARN_ROWS:
+        warnings.warn(f"cluster_similar: {len(texts)} rows in one group (> {SIMILARITY_WARN_ROWS}); this makes "
+                      "O(rows x clusters) SequenceMatcher calls", stacklevel=2)
+    reps: list[str] = []
+    exact: dict[str, int] = {}
+    out: list[int] = []
+    for text in texts:
+        _require_str(text, "similarity key text")
+        if text in exact:  # ratio(x, x) = 1: skip the matcher for exact repeats (same result, much faster)
+            out.append(exact[text])
+            continue
+        cid = -1
+        for j, rep in enumerate(reps):
+            sm = difflib.SequenceMatcher(None, rep, text)  # default autojunk, as verl-agent
+            if sm.real_quick_ratio() >= threshold and sm.quick_ratio() >= threshold and sm.ratio() >= threshold:
+                cid = j
+                break
+        if cid < 0:
+            cid = len(reps)
+            reps.append(text)
+        exact[text] = cid
+        out.append(cid)
+    return out
