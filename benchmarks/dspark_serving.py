@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agentmill.core.records import write_json_atomic  # noqa: E402
+from agentmill.methods.dspark.bench import serve_subprocess  # noqa: E402
 from agentmill.serve.loadgen import run_closed_loop  # noqa: E402
 
 PROMPTS = [
@@ -40,44 +38,11 @@ PROMPTS = [
 ]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _server(policy: str, max_num_seqs: int, threads: int):
-    """``agentmill serve`` for one policy in a subprocess; yields its base URL once /health answers."""
-    import httpx
-
-    port = _port()
-    args = [sys.executable, "-m", "agentmill.cli.main", "serve", "--port", str(port), "--threads", str(threads),
-            "--max-num-seqs", str(max_num_seqs), "--policy", policy]
-    if policy == "off":
-        args += ["--drafter", "none"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 600            # the first DSpark start profiles the SPS table
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"server for {policy} exited: {proc.stdout.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server for {policy} did not come up")
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/v1", port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    args = ["--threads", str(threads), "--max-num-seqs", str(max_num_seqs), "--policy", policy]
+    with serve_subprocess(args + (["--drafter", "none"] if policy == "off" else [])) as (url, port):
+        yield url, port
 
 
 def _metrics(port: int) -> dict[str, float]:

@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import httpx
 import pytest
 
 from agentmill.cli.main import main
-from tests.helpers.openai_app import free_port
 
 openai = pytest.importorskip("openai")
 
 
 def test_serve_subprocess_answers_the_openai_client():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentmill.cli.main", "serve", "--model", "tiny", "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
-        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=30)
+    from agentmill.methods.dspark.bench import serve_subprocess
+
+    with serve_subprocess(["--model", "tiny"], timeout_s=60) as (url, _):
+        c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
         r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8,
                                       temperature=0)
         assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens <= 8
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_bad_model_and_port_exit_2(capsys):
@@ -56,29 +37,15 @@ def test_default_serve_is_smollm2_with_dspark_and_greedy_equals_plain_decoding(t
     B = [1, 2, 4, 8, 16, 32, 64, 128]
     table = SPSTable(B, [1], [256], {"r=1,ctx=256": [0.05 * (1 + 0.1 * (b - 1)) for b in B]})
     path = table.save(tmp_path / "sps.json")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentmill.cli.main", "serve", "--port", str(port),
-                             "--sps-table", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.3)
+    from agentmill.methods.dspark.bench import serve_subprocess
+
+    with serve_subprocess(["--sps-table", str(path)], timeout_s=180) as (url, port):
         assert httpx.get(f"http://127.0.0.1:{port}/health").json()["policy"] == "dspark-async"
-        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
+        c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=120)
         msg = "Write a Python function that reverses a string."
         r = c.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": msg}],
                                       max_tokens=40, temperature=0)
         text = r.choices[0].message.content
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     eng = LlamaEngine.smollm2_135m(EngineConfig(threads=1))
     ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True,
                                             tokenize=True)

@@ -9,10 +9,6 @@ The OpenAI-compatibility half of the spec's row is the server test suite (``test
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -49,12 +45,6 @@ CLAIMS = (
 )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _http_tps(url: str, model: str, prompts: list[str], max_tokens: int) -> list[float]:
     import httpx
 
@@ -83,36 +73,13 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.dspark.data import builtin_prompts
 
     texts = [it.text for it in builtin_prompts("test", s.requests, seed=13)]
-    port = _port()
-    args = [sys.executable, "-m", "agentmill.cli.main", "serve", "--model", s.model, "--port", str(port),
-            "--threads", str(s.threads), "--max-num-seqs", "4", "--policy", s.policy,
-            "--served-model-name", "m"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    try:
-        import httpx
+    from agentmill.methods.dspark.bench import serve_subprocess
 
-        deadline = time.monotonic() + 900
-        ctx.progress("starting agentmill serve", 0, None)
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"agentmill serve exited: {proc.stdout.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("agentmill serve did not come up in 15 min")
-            time.sleep(0.3)
+    ctx.progress("starting agentmill serve", 0, None)
+    with serve_subprocess(["--model", s.model, "--threads", str(s.threads), "--max-num-seqs", "4", "--policy",
+                           s.policy, "--served-model-name", "m"], timeout_s=900) as (url, _):
         ctx.progress("HTTP requests (C = 1)", 0, s.requests)
-        http = _http_tps(f"http://127.0.0.1:{port}/v1", "m", texts, s.max_tokens)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        http = _http_tps(url, "m", texts, s.max_tokens)
     ctx.progress("in-process requests (C = 1)", 0, s.requests)
     direct = _engine_direct(s, texts)
     ratio = np.array(http) / np.array(direct)

@@ -7,10 +7,11 @@ t_first)`` (decode speed after the first token). Throughput is committed output 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -178,3 +179,47 @@ def paired_single_user(arms: dict[str, Callable[[], Any]], prompts: Sequence[lis
                                                                                     - s0["target_seconds"])),
                            "alpha_by_position": s1["alpha_by_position"]}
     return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_subprocess(serve_args: list[str], *, timeout_s: float = 600.0) -> Iterator[tuple[str, int]]:
+    """``agentmill serve <serve_args>`` on a free loopback port in a child process; yields (base URL …/v1, port)
+    once ``/health`` answers (the first DSpark start profiles its SPS table, hence the generous timeout), and
+    always stops the child."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    port = free_port()
+    args = [sys.executable, "-m", "agentmill.cli.main", "serve", "--port", str(port), *serve_args]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"agentmill serve {' '.join(serve_args)} exited: {proc.stdout.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"agentmill serve {' '.join(serve_args)} did not come up in {timeout_s:g} s")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/v1", port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
