@@ -52,7 +52,7 @@ def test_concurrent_clients_and_kill9(study) -> None:
         for t in toks:
             _prepare(c, t)
     acked: dict[str, dict[int, str]] = {t: {} for t in toks}
-    injected = [0]
+    injected: set[tuple[str, int]] = set()
     lock = threading.Lock()
     errors: list[str] = []
 
@@ -90,7 +90,7 @@ def test_concurrent_clients_and_kill9(study) -> None:
                 if rng.random() < 0.03:  # injected conflicting write
                     if put(c, tok, idx, "R" if side == "L" else "L") == 409:
                         with lock:
-                            injected[0] += 1
+                            injected.add((tok, idx))
                     else:
                         errors.append(f"conflict not detected {idx}")
                 time.sleep(0.04)
@@ -115,4 +115,8 @@ def test_concurrent_clients_and_kill9(study) -> None:
         stored = {r["trial_idx"]: r["side_pressed"] for r in rows}
         assert len(rows) == len(stored) == n  # no duplicates, none missing
         assert all(stored[i] == s for i, s in acked[tok].items())  # every acknowledged trial survived
-    assert st.count("conflicts") == injected[0]
+    # Conflicts only where injected. Compared as (session, trial) pairs, not attempt counts: a conflicting PUT whose
+    # 409 was lost to the kill -9 is retried and logged twice, which is correct audit behaviour.
+    sid_to_tok = {st.session(t)["session_id"]: t for t in toks}
+    logged = {(sid_to_tok[r["session_id"]], r["trial_idx"]) for r in st.conflicts()}
+    assert logged == injected

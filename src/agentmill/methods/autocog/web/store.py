@@ -197,6 +197,12 @@ class Store:
         with self._conn() as c:
             return [dict(r) for r in c.execute("SELECT * FROM trials WHERE session_id=? ORDER BY trial_idx", (sid,))]
 
+    def conflicts(self) -> list[dict]:
+        """Every logged conflicting attempt. An attempt is logged each time it arrives, so a client that retries a
+        conflicting write whose 409 was lost (e.g. to a server crash) appears more than once."""
+        with self._conn() as c:
+            return [dict(r) for r in c.execute("SELECT * FROM conflicts ORDER BY ts")]
+
     def count(self, table: str) -> int:
         assert table in ("trials", "conflicts", "events", "sessions")
         with self._conn() as c:
