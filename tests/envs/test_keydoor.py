@@ -68,12 +68,14 @@ def test_hand_checked_walkthrough_of_layout_0():
     assert info["admissible_commands"] == ["examine orange key", "go north", "inventory", "look",
                                            "take orange key", "wait"]
     assert info["oracle"]["distance_to_goal"] == 4 and info["step"] == 0
+    assert info["oracle"]["plan_commands"] == ["take orange key"]
     plan = ["take orange key", "unlock east door with orange key", "go east", "open chest"]
     dists, rewards = [], []
     for k, cmd in enumerate(plan):
         obs, r, term, trunc, info = env.step(cmd)
         check_info(info)
         dists.append(info["oracle"]["distance_to_goal"])
+        assert info["oracle"]["plan_commands"] == plan[k + 1:k + 2]
         rewards.append(r)
         assert term == (k == 3) and not trunc and info["step"] == k + 1
     assert dists == [3, 2, 1, 0] and rewards == [0.0, 0.0, 0.0, 1.0]

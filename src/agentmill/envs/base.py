@@ -27,9 +27,11 @@ REQUIRED_INFO_KEYS = ("admissible_commands", "won", "lost", "task_id", "step", "
                       ORACLE_KEY)
 """Keys every environment's ``info`` carries after ``reset`` and every ``step`` (spec §6.2)."""
 
-ORACLE_KEYS = ("distance_to_goal", "state_id", "dead_end")
+ORACLE_KEYS = ("distance_to_goal", "state_id", "dead_end", "plan_commands")
 """Keys of ``info["oracle"]``: ``distance_to_goal`` (int, ``DEAD_END_DISTANCE`` for a dead end, ``None`` when
-unknown), ``state_id`` (str or ``None``) and ``dead_end`` (bool)."""
+unknown), ``state_id`` (str or ``None``), ``dead_end`` (bool) and ``plan_commands`` (list[str]: commands that start
+the env's winning plan from here — every shortest plan's first move in KeyDoor, the next step of TextWorld's
+``policy_commands`` — empty when unknown). Policies see the oracle only when they declare ``uses_oracle``."""
 
 
 @runtime_checkable

@@ -26,7 +26,8 @@ command (state unchanged), ``-step_penalty`` on every step. The episode is trunc
 The observation is an optional feedback line, then the room description, then the inventory. ``info`` carries
 ``description`` and ``inventory`` without the feedback, so ``FieldsKey(("description", "inventory"))`` merges the
 same state reached by different actions while an exact key on the observation does not (as in TextWorld).
-``info["oracle"]`` carries the shortest number of steps to win (ignoring slips), the state id and a dead-end flag.
+``info["oracle"]`` carries the shortest number of steps to win (ignoring slips), the state id, a dead-end flag and
+``plan_commands``, the admissible commands that start a shortest plan (used by ``EpsilonOraclePolicy``).
 """
 
 from __future__ import annotations
@@ -336,6 +337,7 @@ class KeyDoorEnv:
         self._adm: dict[State, dict[str, tuple]] = {}
         self._sorted_adm: dict[State, tuple[str, ...]] = {}
         self._text: dict[State, tuple[str, str]] = {}
+        self._plan: dict[State, tuple[str, ...]] = {}
         self._state: State | None = None
         self._t = 0
         self._done = True
@@ -431,8 +433,20 @@ class KeyDoorEnv:
                 "invalid_action": invalid, "feedback": feedback, "description": desc, "inventory": inv,
                 "objective": self.layout.objective,
                 "oracle": {"distance_to_goal": dist, "state_id": self.state_id(s),
-                           "dead_end": dist >= DEAD_END_DISTANCE}}
+                           "dead_end": dist >= DEAD_END_DISTANCE, "plan_commands": list(self.plan_commands(s))}}
         return obs, info
+
+    def plan_commands(self, state: State) -> tuple[str, ...]:
+        """The sorted admissible commands whose intended outcome (no slip) lowers the distance to win by one:
+        the first moves of every shortest plan. Empty at the won state and in dead ends."""
+        out = self._plan.get(state)
+        if out is None:
+            d = self.distance(state)
+            out = () if state[3] or d >= DEAD_END_DISTANCE else tuple(
+                cmd for cmd in self.admissible_commands(state)
+                if self.distance(self._outcomes(state, self._admissible(state)[cmd])[0][1]) == d - 1)
+            self._plan[state] = out
+        return out
 
     def _render(self, s: State) -> tuple[str, str]:
         lay = self.layout
