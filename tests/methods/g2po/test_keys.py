@@ -1,0 +1,66 @@
+"""State keys (spec agent-credit.md §2.6) and the UniqueObs scrub pattern (§6.2)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from agentmill.methods.g2po.keys import (UNIQUE_OBS_PATTERN, ExactKey, FieldsKey, HashKey, ScrubbedKey,
+                                         cluster_similar)
+
+
+def test_exact_key_normalises_whitespace_only_when_asked() -> None:
+    assert ExactKey()("  -= Kitchen =-\n\n  Exits:  north ", {}) == "-= Kitchen =- Exits: north"
+    assert ExactKey(normalize_ws=False)("a  b", {}) == "a  b"
+    with pytest.raises(TypeError, match="must be str"):
+        ExactKey()(["not", "text"], {})  # type: ignore[arg-type]
+
+
+def test_unique_obs_pattern_matches_the_wrapper_field_and_scrubbing_restores_the_text() -> None:
+    base = "-= Kitchen =-\nExits: north"
+    for stamp in ("2026-06-22T10:11:12Z", "2026-06-22T10:11:12.123456+00:00", "2026-06-22T10:11:12"):
+        wrapped = f"{base} [request 0a1b2c3d at {stamp}]"
+        assert re.search(UNIQUE_OBS_PATTERN, wrapped)
+        assert ScrubbedKey()(wrapped, {}) == ExactKey()(base, {})
+    assert not re.search(UNIQUE_OBS_PATTERN, "[request 0A1B2C3D at 2026-06-22T10:11:12Z]")  # lowercase hex only
+    assert not re.search(UNIQUE_OBS_PATTERN, "[request 0a1b2c at 2026-06-22T10:11:12Z]")  # 8 hex digits
+
+
+def test_scrubbed_key_scrubs_info_fields_for_a_fields_base() -> None:
+    key = ScrubbedKey(UNIQUE_OBS_PATTERN, FieldsKey(("description", "inventory")))
+    info = {"description": "hall [request deadbeef at 2026-01-01T00:00:00Z]", "inventory": "key"}
+    assert key("anything", info) == ("hall", "key")
+    assert ScrubbedKey([r"\d+"])("room 12 at 3", {}) == "room at"
+
+
+def test_fields_key_merges_across_feedback_and_names_a_missing_field() -> None:
+    key = FieldsKey(("description", "inventory"))
+    a = key("You take the key.\n-= Hall =-", {"description": "-= Hall =-", "inventory": "a key", "feedback": "x"})
+    b = key("Nothing happens.\n-= Hall =-", {"description": "-= Hall =-", "inventory": "a key", "feedback": "y"})
+    assert a == b == ("-= Hall =-", "a key")
+    assert FieldsKey(("inventory",))("", {"inventory": ["b", "a"]}) == (("b", "a"),)  # lists become hashable
+    with pytest.raises(KeyError, match="no field 'inventory'"):
+        key("obs", {"description": "d"})
+
+
+def test_hash_key_is_sha1_of_the_base_text() -> None:
+    assert HashKey()("a  b", {}) == hashlib.sha1(b"a b").hexdigest()
+    assert HashKey(FieldsKey(("d",)))("", {"d": "x"}) == hashlib.sha1(repr(("x",)).encode()).hexdigest()
+
+
+def test_cluster_similar_is_greedy_against_first_members() -> None:
+    a = "a" * 40
+    b = "a" * 39 + "b"  # ratio 0.975 with a
+    c = "a" * 38 + "bb"  # ratio 0.95 with a, 0.975 with b
+    assert cluster_similar([a, b, c], 0.96) == [0, 0, 1]  # c is compared with a (the representative), not b
+    assert cluster_similar([b, a, c], 0.96) == [0, 0, 0]
+    assert cluster_similar(["x", "y", "x"], 0.5) == [0, 1, 0]
+    with pytest.raises(ValueError, match="threshold"):
+        cluster_similar(["x"], 1.0)
+
+
+def test_cluster_similar_warns_above_5000_rows() -> None:
+    with pytest.warns(UserWarning, match="5001 rows"):
+        cluster_similar(["same"] * 5001, 0.9)
