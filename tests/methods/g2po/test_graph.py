@@ -84,3 +84,14 @@ def test_build_is_bitwise_deterministic_and_validates_arguments() -> None:
         build_state_graph(tb, KEY, gamma=0)
     with pytest.raises(ValueError, match="visit"):
         build_state_graph(tb, KEY, gamma=0.9, visit="all")
+
+
+def test_time_estimators_reports_every_phase() -> None:
+    from agentmill.methods.g2po.bench import time_estimators
+    tb = random_step_table(np.random.default_rng(4), n_groups=2, group_size=8)
+    t = time_estimators(tb, KEY, repeats=1)
+    for k in ("keys", "graph", "g2po", "gigpo", "grpo"):
+        assert t[f"{k}_s"] > 0 and t[f"{k}_ms_per_1k"] == pytest.approx(t[f"{k}_s"] * 1e6 / len(tb))
+    assert t["n_rows"] == len(tb) and t["graph_s"] >= t["keys_s"] * 0.5
+    with pytest.raises(ValueError, match="repeats"):
+        time_estimators(tb, KEY, repeats=0)

@@ -1,0 +1,1 @@
+"""Framework adapters (optional extras, imported lazily): verl advantage-estimator registration."""

@@ -1,0 +1,139 @@
+"""verl adapter against a stub mirroring verl's ``register_adv_est`` registry semantics (spec §6.6, §6.8).
+
+verl is not installed here; the stub reproduces the contract the adapter relies on: ``register_adv_est(name)`` is a
+decorator storing the function in ``ADV_ESTIMATOR_REGISTRY`` and raising ``ValueError`` when a *different*
+function is registered under an existing name; ``get_adv_estimator_fn(name)`` looks it up; the trainer's
+``compute_advantage`` calls it with keyword arguments ``token_level_rewards``, ``response_mask``, ``config`` and
+``index`` (uid) only.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from agentmill.methods.g2po import G2POConfig, g2po_advantages
+from agentmill.methods.g2po.adapters import verl_adapter
+from agentmill.methods.g2po.config import GiGPOConfig
+from agentmill.methods.g2po.keys import ExactKey
+from tests.helpers.step_tables import golden_table
+
+
+@pytest.fixture
+def core_algos(monkeypatch):
+    mod = types.ModuleType("verl.trainer.ppo.core_algos")
+    mod.ADV_ESTIMATOR_REGISTRY = {}
+
+    def register_adv_est(name):
+        def decorator(fn):
+            if name in mod.ADV_ESTIMATOR_REGISTRY and mod.ADV_ESTIMATOR_REGISTRY[name] != fn:
+                raise ValueError(f"Adv estimator {name} has already been registered")
+            mod.ADV_ESTIMATOR_REGISTRY[name] = fn
+            return fn
+        return decorator
+
+    def get_adv_estimator_fn(name):
+        if name not in mod.ADV_ESTIMATOR_REGISTRY:
+            raise ValueError(f"Unknown advantage estimator simply: {name}")
+        return mod.ADV_ESTIMATOR_REGISTRY[name]
+
+    mod.register_adv_est, mod.get_adv_estimator_fn = register_adv_est, get_adv_estimator_fn
+    pkgs = {n: types.ModuleType(n) for n in ("verl", "verl.trainer", "verl.trainer.ppo")}
+    pkgs["verl.trainer.ppo"].core_algos = mod
+    for name, m in {**pkgs, "verl.trainer.ppo.core_algos": mod}.items():
+        monkeypatch.setitem(sys.modules, name, m)
+    monkeypatch.setattr(verl_adapter, "_REGISTERED", {})
+    return mod
+
+
+def _golden_batch(order):
+    """The §2.5 example as a verl batch: one row per step, in a shuffled order; 4 response tokens per row."""
+    tb = golden_table()
+    L = 4
+    mask = np.zeros((len(tb), L))
+    tlr = np.zeros((len(tb), L))
+    for r in range(len(tb)):
+        n = 1 + r % L
+        mask[r, :n] = 1
+        tlr[r, n - 1] = tb.reward[r]  # verl puts the step reward on the last response token
+    fields = dict(index=tb.group_id[order], anchor_obs=tb.obs[order], traj_index=tb.traj_id[order],
+                  step_index=tb.t[order])
+    return tb, tlr[order], mask[order], fields
+
+
+def test_registered_g2po_reproduces_the_table_estimator_in_any_batch_order(core_algos) -> None:
+    fn = verl_adapter.register("g2po", G2POConfig(gamma=0.5))
+    assert core_algos.get_adv_estimator_fn("g2po") is fn
+    order = np.array([4, 0, 6, 2, 5, 1, 3])
+    tb, tlr, mask, fields = _golden_batch(order)
+    adv, ret = fn(token_level_rewards=tlr, response_mask=mask, config=None, **fields)
+    expected = g2po_advantages(tb, ExactKey(), G2POConfig(gamma=0.5))
+    assert adv.shape == ret.shape == mask.shape
+    np.testing.assert_allclose(adv, expected.advantages[order][:, None] * mask, atol=1e-12)
+    np.testing.assert_allclose(ret, expected.returns[order][:, None] * mask, atol=1e-12)
+    # per-step rewards given explicitly give the same answer; without step_index, batch order is step order
+    adv2, _ = fn(tlr, mask, rewards=tb.reward[order], **fields)
+    np.testing.assert_array_equal(adv2, adv)
+    _, tlr_s, mask_s, f_sorted = _golden_batch(np.arange(len(tb)))
+    adv3, _ = fn(tlr_s, mask_s, index=f_sorted["index"], anchor_obs=f_sorted["anchor_obs"],
+                 traj_index=f_sorted["traj_index"])
+    np.testing.assert_allclose(adv3, expected.advantages[:, None] * mask_s, atol=1e-12)
+
+
+def test_vanilla_compute_advantage_call_raises_and_shows_the_hook(core_algos) -> None:
+    verl_adapter.register()
+    fn = core_algos.get_adv_estimator_fn("g2po")
+    with pytest.raises(ValueError, match=r"compute_from_batch\(data, cfg\)"):
+        fn(token_level_rewards=np.zeros((2, 3)), response_mask=np.ones((2, 3)), config=None,
+           index=np.array(["u", "u"]))
+
+
+def test_registering_twice_is_a_noop_and_a_different_function_raises(core_algos) -> None:
+    a = verl_adapter.register("g2po", G2POConfig())
+    b = verl_adapter.register("g2po", G2POConfig())
+    assert a is b and core_algos.ADV_ESTIMATOR_REGISTRY == {"g2po": a}
+    with pytest.raises(ValueError, match="already been registered"):
+        verl_adapter.register("g2po", G2POConfig(omega=0.5))
+    with pytest.raises(ValueError, match="anchor_obs"):
+        verl_adapter.register("g2po_x", key="observation")
+
+
+def test_register_baselines_adds_agentmill_gigpo(core_algos) -> None:
+    fn = verl_adapter.register_baselines(GiGPOConfig(gamma=0.5))
+    assert core_algos.ADV_ESTIMATOR_REGISTRY["agentmill_gigpo"] is fn
+    tb, tlr, mask, fields = _golden_batch(np.arange(7))
+    adv, _ = fn(tlr, mask, **fields)
+    # GiGPO (mean mode): episode R - mean R plus the §2.5 step term
+    np.testing.assert_allclose(adv[:, 0], np.array([1, 1, 1, 1, 1, -2, -2]) / 3
+                               + np.array([0.25, 1 / 3, 0, 0, 1 / 3, -0.25, -2 / 3]), atol=1e-12)
+
+
+def test_compute_from_batch_reads_non_tensor_fields_and_writes_advantages() -> None:
+    tb, tlr, mask, fields = _golden_batch(np.arange(7))
+    data = types.SimpleNamespace(batch={"token_level_rewards": tlr, "response_mask": mask},
+                                 non_tensor_batch={"uid": fields["index"], "traj_uid": fields["traj_index"],
+                                                   "anchor_obs": fields["anchor_obs"]})
+    adv, ret = verl_adapter.compute_from_batch(data, G2POConfig(gamma=0.5))
+    assert data.batch["advantages"] is adv and data.batch["returns"] is ret
+    np.testing.assert_allclose(adv[:, 0], g2po_advantages(tb, ExactKey(), G2POConfig(gamma=0.5)).advantages,
+                               atol=1e-12)
+    del data.non_tensor_batch["anchor_obs"]
+    with pytest.raises(ValueError, match="anchor_obs"):
+        verl_adapter.compute_from_batch(data)
+
+
+def test_torch_tensors_come_back_as_tensors_of_the_same_dtype(core_algos) -> None:
+    import torch  # installed with the hf extra, which the test environment has
+    fn = verl_adapter.register("g2po", G2POConfig(gamma=0.5))
+    tb, tlr, mask, fields = _golden_batch(np.arange(7))
+    adv, ret = fn(torch.tensor(tlr, dtype=torch.float32), torch.tensor(mask, dtype=torch.float32), **fields)
+    assert isinstance(adv, torch.Tensor) and adv.dtype == torch.float32 and tuple(adv.shape) == mask.shape
+
+
+def test_missing_verl_gives_an_install_hint(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "verl", None)
+    with pytest.raises(ImportError, match=r"agentmill\[verl\]"):
+        verl_adapter.register()
