@@ -46,7 +46,7 @@ class CapabilityError(LMError):
 class SegmentScores:
     """Per-segment token scores of one sequence.
 
-    ``token_logprobs[i]`` (float32, shape (n_i,)) holds log p(token | all earlier tokens) for the n_i tokens of
+    ``token_logprobs[i]`` (float32 from model backends; float64 if the backend gives it; shape (n_i,)) holds log p(token | all earlier tokens) for the n_i tokens of
     segment i; NaN marks a token that has no score (dropped by left truncation, or the very first token of a model
     without BOS). ``token_ids[i]`` (int64, (n_i,)) are the tokens. ``topk_mean[i]`` (float32, (n_i,)) is the mean of
     the k largest log-probs of the predictive distribution at each of those positions (the Self-Certainty/DeepConf
@@ -181,11 +181,11 @@ def _split(seg_ids: list[list[int]], fed_lp: np.ndarray, fed_topk: np.ndarray | 
     n = sum(len(s) for s in seg_ids)
     pos = np.arange(n) + offset
     ok = (pos >= 1) & (pos < fed_lp.size)
-    lp = np.full(n, np.nan, dtype=np.float32)
+    lp = np.full(n, np.nan, dtype=fed_lp.dtype)
     lp[ok] = fed_lp[pos[ok]]
     tk = None
     if fed_topk is not None:
-        tk = np.full(n, np.nan, dtype=np.float32)
+        tk = np.full(n, np.nan, dtype=fed_topk.dtype)
         tk[ok] = fed_topk[pos[ok]]
     bounds = np.cumsum([0] + [len(s) for s in seg_ids])
     lps = [lp[bounds[i]:bounds[i + 1]] for i in range(len(seg_ids))]
@@ -235,6 +235,13 @@ def _backend_score(lm: Any, seqs: list[list[int]], top_k: int) -> list[tuple[np.
                           "without prompt log-probs (use hf:, tiny: or an endpoint that returns prompt_logprobs)")
 
 
+def _float(x: Any) -> np.ndarray:
+    """float32 from model backends (spec §6.3); a backend that hands over float64 (the canned fake, exact tabular
+    pairs) keeps it, so an exactness check can run through the scorer at 1e-10."""
+    a = np.asarray(x)
+    return a if a.dtype == np.float64 else a.astype(np.float32)
+
+
 def score_segments(lm: Any, segments: Segments, *, top_k: int = 0, truncate: Literal["error", "left"] = "error",
                    max_len: int | None = None) -> SegmentScores:
     """Score every token of the concatenated ``segments`` with one forward pass of ``lm`` (spec §6.3).
@@ -258,7 +265,6 @@ def score_segments_batch(lm: Any, batch: Sequence[Segments], *, batch_size: int 
         chunk = prepared[start: start + batch_size]
         scored = _backend_score(lm, [fed for _, fed, _, _ in chunk], top_k)
         for (seg_ids, _fed, offset, dropped), (lp, tk) in zip(chunk, scored):
-            lps, tks = _split(seg_ids, np.asarray(lp, dtype=np.float32),
-                              None if tk is None else np.asarray(tk, dtype=np.float32), offset)
+            lps, tks = _split(seg_ids, _float(lp), None if tk is None else _float(tk), offset)
             results.append(SegmentScores(lps, [np.asarray(s, dtype=np.int64) for s in seg_ids], tks, dropped))
     return results

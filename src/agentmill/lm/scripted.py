@@ -374,12 +374,13 @@ class ScriptedScoringLM:
 
     def score_token_ids(self, seqs: Sequence[Sequence[int]], *, top_k: int = 0,
                         ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Per sequence: log p(x_t | x_<t) for t >= 1 (index 0 NaN) and the top-k mean, float32."""
+        """Per sequence: log p(x_t | x_<t) for t >= 1 (index 0 NaN) and the top-k mean, float64 (canned values are
+        returned exactly, so exact tabular pairs can be checked through a scorer at 1e-10)."""
         self.calls.append([list(s) for s in seqs])
         out = []
         for s in seqs:
-            lp = np.full(len(s), np.nan, dtype=np.float32)
-            tk = np.full(len(s), np.nan, dtype=np.float32) if top_k else None
+            lp = np.full(len(s), np.nan)
+            tk = np.full(len(s), np.nan) if top_k else None
             for t in range(1, len(s)):
                 vec = np.asarray(self._next(tuple(int(x) for x in s[:t])), dtype=np.float64)
                 lp[t] = vec[int(s[t])]
