@@ -20,17 +20,41 @@ def test_exact_key_normalises_whitespace_only_when_asked() -> None:
 
 def test_unique_obs_pattern_matches_the_wrapper_field_and_scrubbing_restores_the_text() -> None:
     base = "-= Kitchen =-\nExits: north"
-    for stamp in ("2026-06-22T10:11:12Z", "2026-06-22T10:11:12.123456+00:00", "2026-06-22T10:11:12"):
-        wrapped = f"{base} [request 0a1b2c3d at {stamp}]"
-        assert re.search(UNIQUE_OBS_PATTERN, wrapped)
-        assert ScrubbedKey()(wrapped, {}) == ExactKey()(base, {})
-    assert not re.search(UNIQUE_OBS_PATTERN, "[request 0A1B2C3D at 2026-06-22T10:11:12Z]")  # lowercase hex only
-    assert not re.search(UNIQUE_OBS_PATTERN, "[request 0a1b2c at 2026-06-22T10:11:12Z]")  # 8 hex digits
+    wrapped = f"{base}\n[request 0a1b2c3d at 2026-06-22T10:11:12Z]"
+    assert re.search(UNIQUE_OBS_PATTERN, wrapped)
+    assert ScrubbedKey()(wrapped, {}) == ExactKey()(base, {})
+    assert ScrubbedKey(base=ExactKey(normalize_ws=False))(wrapped, {}) == base  # byte for byte
+    assert not re.search(UNIQUE_OBS_PATTERN, "\n[request 0A1B2C3D at 2026-06-22T10:11:12Z]")  # lowercase hex only
+    assert not re.search(UNIQUE_OBS_PATTERN, "\n[request 0a1b2c at 2026-06-22T10:11:12Z]")  # 8 hex digits
+
+
+def test_scrubbed_key_undoes_the_real_unique_obs_wrapper_on_keydoor_rollouts() -> None:
+    """Positive control of spec §6.2: the same seeds with and without UniqueObs(p=1) give identical G2PO advantages
+    once the tags are scrubbed, while the unscrubbed key sees no repeat at all."""
+    from agentmill.envs.keydoor import KeyDoorConfig, generate_layout, make_keydoor
+    from agentmill.envs.rollout import RandomPolicy, collect_groups
+    from agentmill.envs.wrappers import UniqueObsWrapper
+    from agentmill.methods.g2po import g2po_advantages
+
+    cfg = KeyDoorConfig(n_rooms=4, n_locks=1, max_steps=12)
+    tasks = [generate_layout(s, cfg) for s in (1, 2)]
+    plain, _, _ = collect_groups(lambda lay: make_keydoor(layout=lay, config=cfg), RandomPolicy(), tasks, 8, seed=3)
+    tagged, _, _ = collect_groups(lambda lay: UniqueObsWrapper(make_keydoor(layout=lay, config=cfg), p=1.0),
+                                  RandomPolicy(), tasks, 8, seed=3)
+    assert plain.action.tolist() == tagged.action.tolist()  # the tag changes what is seen, not what happens
+    fields = FieldsKey(("description", "inventory"))
+    ref = g2po_advantages(plain, fields)
+    scrubbed = g2po_advantages(tagged, ScrubbedKey(UNIQUE_OBS_PATTERN, fields))
+    assert ref.diagnostics["merge_rate"] > 0.2
+    assert scrubbed.advantages.tobytes() == ref.advantages.tobytes()
+    with pytest.warns(UserWarning, match="merge_rate"):
+        raw = g2po_advantages(tagged, fields)
+    assert raw.diagnostics["merge_rate"] == 0.0
 
 
 def test_scrubbed_key_scrubs_info_fields_for_a_fields_base() -> None:
     key = ScrubbedKey(UNIQUE_OBS_PATTERN, FieldsKey(("description", "inventory")))
-    info = {"description": "hall [request deadbeef at 2026-01-01T00:00:00Z]", "inventory": "key"}
+    info = {"description": "hall\n[request deadbeef at 2026-01-01T00:00:00Z]", "inventory": "key"}
     assert key("anything", info) == ("hall", "key")
     assert ScrubbedKey([r"\d+"])("room 12 at 3", {}) == "room at"
 

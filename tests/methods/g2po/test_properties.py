@@ -208,3 +208,29 @@ def test_p7_scaling_rewards_leaves_mean_std_advantages_unchanged(c: float) -> No
         # with the default epsilon 1e-6 the difference is of order epsilon/sigma
         d = g2po_advantages(scaled, KEY).advantages - g2po_advantages(tb, KEY).advantages
         assert np.max(np.abs(d)) < 1e-4
+
+
+@pytest.mark.parametrize("keep_initial", [False, True])
+def test_p1_on_keydoor_rollouts_under_unique_obs(keep_initial: bool) -> None:
+    """The issue's negative control on real rollouts: UniqueObs(p=1) on KeyDoor. Unique start: G2PO == GRPO (max
+    diff < 1e-12). Shared start ("task prompt" kept): rows t >= 1 still equal GRPO to 1e-12."""
+    from agentmill.envs.keydoor import KeyDoorConfig, generate_layout, make_keydoor
+    from agentmill.envs.rollout import RandomPolicy, collect_groups
+    from agentmill.envs.wrappers import UniqueObsWrapper
+    from agentmill.methods.g2po.keys import FieldsKey
+
+    cfg = KeyDoorConfig(n_rooms=3, n_locks=1, max_steps=20)  # random-policy success 6-12 % on these layouts
+    tasks = [generate_layout(s, cfg) for s in (4, 6, 7)]
+    tb, _, _ = collect_groups(lambda lay: UniqueObsWrapper(make_keydoor(layout=lay, config=cfg), p=1.0,
+                                                           keep_initial=keep_initial), RandomPolicy(), tasks, 8, seed=9)
+    key = FieldsKey(("description", "inventory"))
+    g2 = _quiet(g2po_advantages, tb, key)
+    diff = np.abs(g2.advantages - grpo_advantages(tb).advantages)
+    rows = tb.t >= 1 if keep_initial else np.ones(len(tb), dtype=bool)
+    assert diff[rows].max() < 1e-12
+    if keep_initial:  # the shared first node still carries a mean-only first-action term where returns differ
+        first = tb.t == 0
+        varied = np.bincount(tb.group_index[first], weights=g2.returns[first] ** 2) * 8 > \
+            np.bincount(tb.group_index[first], weights=g2.returns[first]) ** 2 + 1e-9
+        assert varied.any()
+        assert diff[first & varied[tb.group_index]].min() > 1e-6

@@ -6,6 +6,8 @@ happens."), under-merging splits one state over volatile ids and timestamps. A k
 
 Built-ins (spec §2.6): ``ExactKey``, ``ScrubbedKey``, ``FieldsKey``, ``HashKey``, and ``cluster_similar``, the
 GiGPO similarity grouping, which compares observations with each other and so is a grouping pass, not a key.
+``UNIQUE_OBS_PATTERN`` (defined by ``envs.wrappers.UniqueObsWrapper``, re-exported here) matches the
+``[request <8 hex> at <ISO timestamp>]`` field that wrapper appends; ``ScrubbedKey(UNIQUE_OBS_PATTERN)`` undoes it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-StateKeyFn = Callable[[str, Mapping[str, Any]], Hashable]
+from agentmill.envs.wrappers import UNIQUE_OBS_PATTERN  # re-exported: the wrapper owns the format it writes
 
-UNIQUE_OBS_PATTERN = (r"\s*\[request [0-9a-f]{8} at "
-                      r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]")
-"""Regex of the field ``UniqueObsWrapper`` (envs/wrappers.py) appends: ``[request <8 hex> at <ISO timestamp>]``
-(spec §6.2), with the whitespace before it, so that scrubbing restores the wrapped text exactly."""
+__all__ = ["UNIQUE_OBS_PATTERN", "ExactKey", "FieldsKey", "HashKey", "ScrubbedKey", "StateKeyFn", "cluster_similar"]
+
+StateKeyFn = Callable[[str, Mapping[str, Any]], Hashable]
 
 SIMILARITY_WARN_ROWS = 5000
 """``cluster_similar`` warns above this many rows per group: it makes O(rows x clusters) ratio calls (spec §2.6)."""
