@@ -224,7 +224,8 @@ class StepTable:
 
     # -- validation --------------------------------------------------------------------------------------------
     def _where(self, row: int) -> str:
-        return f"group {str(self.group_id[row])!r}, trajectory {str(self.traj_id[row])!r}, row {row} (t={int(self.t[row])})"
+        g, tr = str(self.group_id[row]), str(self.traj_id[row])
+        return f"group {g!r}, trajectory {tr!r}, row {row} (t={int(self.t[row])})"
 
     def _validate(self) -> None:
         bad = np.flatnonzero(~np.isfinite(self.reward))
@@ -241,22 +242,26 @@ class StepTable:
         for s in starts:
             key = (str(self.group_id[s]), str(self.traj_id[s]))
             if key in seen:
-                raise ValueError(f"StepTable: trajectory rows are not contiguous or duplicated at {self._where(int(s))}")
+                raise ValueError("StepTable: trajectory rows are not contiguous or duplicated at "
+                                 f"{self._where(int(s))}")
             seen.add(key)
             if not group_blocks or group_blocks[-1] != key[0]:
                 if key[0] in group_blocks:
-                    raise ValueError(f"StepTable: the trajectories of a group must be contiguous; {self._where(int(s))}")
+                    raise ValueError("StepTable: the trajectories of a group must be contiguous; "
+                                     f"{self._where(int(s))}")
                 group_blocks.append(key[0])
         expected_t = np.arange(len(self)) - np.repeat(starts, lengths)
         bad = np.flatnonzero(self.t != expected_t)
         if bad.size:
             r = int(bad[0])
-            raise ValueError(f"StepTable: non-contiguous t (expected {expected_t[r]}) or duplicate row at {self._where(r)}")
+            raise ValueError(f"StepTable: non-contiguous t (expected {expected_t[r]}) or duplicate row at "
+                             f"{self._where(r)}")
         last = np.zeros(len(self), dtype=bool)
         last[starts + lengths - 1] = True
         bad = np.flatnonzero((self.end != 0) & ~last)
         if bad.size:
-            raise ValueError(f"StepTable: end flag {self.end[bad[0]]} before the last row at {self._where(int(bad[0]))}")
+            raise ValueError(f"StepTable: end flag {self.end[bad[0]]} before the last row at "
+                             f"{self._where(int(bad[0]))}")
         bad = np.flatnonzero((self.end == 0) & last)
         if bad.size:
             raise ValueError("StepTable: the last row of a trajectory must be terminated (1) or truncated (2), "
@@ -418,7 +423,8 @@ class StepTable:
             yield rec
 
     def to_jsonl(self, dest: str | Any, labels: LabelTable | None = None,
-                 traj_fields: Mapping[tuple[str, str], Mapping[str, Any]] | None = None, *, append: bool = False) -> None:
+                 traj_fields: Mapping[tuple[str, str], Mapping[str, Any]] | None = None, *,
+                 append: bool = False) -> None:
         """Write one JSON line per trajectory to a path or an open text file (flushed; fsynced when a path)."""
         lines = [json.dumps(rec, default=_json_default, ensure_ascii=False) + "\n"
                  for rec in self.to_records(labels, traj_fields)]

@@ -1,9 +1,9 @@
 """The state-transition graph of trajectory groups (G2PO-style, reconstructed; spec agent-credit.md §2.4 steps 1-5).
 
 Every step row is a visit to node u = (group, key(o_t)) and an instance of edge e = (u, v), v = the node of o_{t+1}
-(after the last step: an absorbing node of value 0, keyed by the final observation). A node's value is the mean discounted return over its visits;
-an edge's TD error is delta_e = mean reward of e + gamma * V(v) - V(u), shared by every instance of e. Nodes never
-span groups: different tasks share strings like "You are in the kitchen".
+(after the last step: an absorbing node of value 0, keyed by the final observation). A node's value is the mean
+discounted return over its visits; an edge's TD error is delta_e = mean reward of e + gamma * V(v) - V(u), shared
+by every instance of e. Nodes never span groups: different tasks share strings like "You are in the kitchen".
 
 Everything is integer codes and ``np.bincount`` (no per-row Python beyond calling the key function), so building
 is O(S) and bitwise deterministic. ``StateGraph.nodes``/``edges`` are dict views built on first access.
