@@ -222,16 +222,20 @@ def test_linear_policy_learns_a_contextual_bandit_and_generalises_across_rooms()
 
 
 def test_normalize_only_rescales_the_update():
-    steps, adv = _random_setup(5)
+    from agentmill.envs.rollout import RandomPolicy
+
+    steps, _, _ = collect_groups(lambda s: KeyDoorEnv(layout_seed=s), RandomPolicy(), [0], group_size=3, seed=0)
+    adv = np.random.default_rng(0).standard_normal(len(steps))
+    S, n_traj = len(steps), steps.n_trajectories
+    assert S > 3 * n_traj  # multi-step episodes, so the three normalisations differ
     deltas = {}
     for norm in ("rows", "trajectories", "none"):
         pol = SoftmaxTablePolicy()
         pg_step(pol, steps, adv, 0.1, normalize=norm)
         deltas[norm] = pol.table
-    key = next(iter(deltas["rows"]))
-    c = next(iter(deltas["rows"][key]))
-    S, n_traj = len(steps), steps.n_trajectories  # 12 one-step episodes: S == n_traj
-    assert deltas["none"][key][c] == pytest.approx(S * deltas["rows"][key][c])
-    assert deltas["trajectories"][key][c] == pytest.approx(S / n_traj * deltas["rows"][key][c])
+    for key, row in deltas["rows"].items():
+        for c, v in row.items():
+            assert deltas["none"][key][c] == pytest.approx(S * v)
+            assert deltas["trajectories"][key][c] == pytest.approx(S / n_traj * v)
     with pytest.raises(ValueError, match="normalize"):
         pg_step(SoftmaxTablePolicy(), steps, adv, 0.1, normalize="tokens")
