@@ -168,3 +168,33 @@ def test_tiny_pair_batched_equals_single():
     for a, b in zip(single, batched):
         assert np.max(np.abs(a.A - b.A)) < 1e-5 and np.isfinite(a.A).all()
     assert np.all(ProgressAdvantageScorer(pol, pol).step_scores(eps[0]).A == 0.0)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_scorer_over_an_hf_lora_pair():
+    """SmolLM2 + a perturbed LoRA vs the same weights with the adapter off: the step score is the summed token
+    log-ratio of the action (end-of-turn included), and a new (B = 0) adapter scores exactly 0."""
+    import torch
+
+    from agentmill.lm.pair import HFPair
+    from agentmill.lm.scoring import score_segments
+
+    pair = HFPair("smollm2", adapter="new")
+    lm = pair.policy
+    prompt = tuple(lm.render([{"role": "user", "content": "You are in the hall. Exits: north."}]))
+    action = tuple(lm.encode("go north"))
+    eot = (lm.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+    ep = Episode((prompt, action), (False, True), end_of_turn=eot)
+    sc = ProgressAdvantageScorer(pair.policy, pair.reference)
+    with pytest.warns(UserWarning, match="policy equals the reference"):
+        assert sc.score_many([ep, ep])[0].A[0] == 0.0
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(1)
+        for n, p in pair.peft_model.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    a = sc.step_scores(ep).A[0]
+    lp = [score_segments(m, [prompt, action + eot]).token_logprobs[1].astype(np.float64)
+          for m in (pair.policy, pair.reference)]
+    assert abs(a) > 1e-3 and a == pytest.approx(float((lp[0] - lp[1]).sum()), abs=1e-5)
