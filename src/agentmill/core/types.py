@@ -138,7 +138,8 @@ _OBJ_COLS = ("obs", "next_obs", "info", "next_info", "action", "candidates")
 def _obj_array(values: Iterable[Any], n: int | None = None) -> np.ndarray:
     vals = list(values)
     out = np.empty(len(vals), dtype=object)
-    out[:] = vals if vals else []
+    for i, v in enumerate(vals):  # element-wise: equal-length tuples must not become a 2-D array
+        out[i] = v
     if n is not None and len(out) != n:
         raise ValueError(f"column has {len(out)} rows, expected {n}")
     return out

@@ -225,3 +225,25 @@ def test_low_merge_rate_warns() -> None:
     with pytest.warns(UserWarning, match="merge_rate"):
         res = g2po_advantages(tb, KEY)
     assert res.diagnostics["merge_rate"] == 0.0 and res.diagnostics["singleton_fraction"] == 1.0
+
+
+def test_golden_std_over_edges_and_batch_scope() -> None:
+    tb = golden_table()
+    td = {"SA": 1 / 12, "SB": 0.0, "AW": 1 / 3, "BA": -1 / 6, "AC": -2 / 3}
+    rows = ["SA", "AW", "SB", "BA", "AW", "SA", "AC"]
+    edges = np.array(list(td.values()))
+    mu, sd = edges.mean(), edges.std(ddof=1)
+    res = g2po_advantages(tb, KEY, G2POConfig(gamma=0.5, std_over="edges"))
+    np.testing.assert_allclose(res.step, [(td[e] - mu) / (sd + 1e-6) for e in rows], atol=1e-12)
+    assert res.diagnostics["mu_delta"] == pytest.approx(-1 / 12)  # edges: the zero-mean property P2 is per step
+    # two copies of the group in one batch: batch scope pools identical groups, so nothing changes
+    twin = StepTable.from_episodes([
+        dict(group_id="h", traj_id=f"c{k}", obs=list(tb.obs[s:e]) + [tb.next_obs[e - 1]],
+             actions=list(tb.action[s:e]), rewards=list(tb.reward[s:e]), end=int(tb.end[e - 1]),
+             success=bool(tb.success[s]))
+        for k, (s, e) in enumerate(zip([0, 2, 5], [2, 5, 7]))])
+    batch = g2po_advantages(StepTable.concat([tb, twin]), KEY, G2POConfig(gamma=0.5, scope="batch"))
+    ref = g2po_advantages(tb, KEY, G2POConfig(gamma=0.5))
+    # the same 7 deltas twice: sum of squares doubles, n - 1 goes 6 -> 13, so sigma shrinks by sqrt(12/13)
+    np.testing.assert_allclose(batch.step[:7], ref.step * np.sqrt(13 / 12), atol=1e-5)
+    np.testing.assert_allclose(batch.step[7:], batch.step[:7], atol=1e-12)
