@@ -159,3 +159,76 @@ def test_clean_observation_strips_banner_prompt_and_status():
     assert clean_observation(raw) == "Welcome! Find the key.\n\n-= Hall =-\nA hall."
     assert clean_observation(raw, objective="Find the key.") == "Find the key.\n\n-= Hall =-\nA hall."
     assert clean_observation("\nYou take the key.\n\n>   -= Hall =-1/4") == "You take the key."
+
+
+class _StubGame:
+    """Stands in for textworld's gym env: scripted (obs, cumulative score, done, infos) replies."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def reset(self):
+        return "\n-= Hall =-\nA hall.\n\n>  -= Hall =-0/0", _tw_info(["go north", "look"], ["go north"])
+
+    def step(self, command):
+        return self.replies.pop(0)
+
+    def close(self):
+        pass
+
+
+def _tw_info(admissible, plan, won=False, lost=False, score=0):
+    return {"admissible_commands": admissible, "policy_commands": plan, "won": won, "lost": lost, "score": score,
+            "max_score": 1, "description": "-= Hall =-\nA hall.", "inventory": "You are carrying nothing.",
+            "objective": "Go north.", "moves": 0}
+
+
+def _stub_env(game, replies):
+    env = TextWorldEnv(game, max_steps=10)
+    env._env.close()
+    env._env = _StubGame(replies)
+    return env
+
+
+def test_an_empty_admissible_list_truncates_with_stuck(game):
+    env = _stub_env(game, [("\nNothing to do.\n>", 0, False, _tw_info([], []))])
+    env.reset()
+    obs, r, term, trunc, info = env.step("look")
+    assert trunc and not term and info["stuck"] and obs == "Nothing to do."
+    check_info(info)
+
+
+def test_a_lost_game_or_missing_plan_gives_an_unknown_distance(game):
+    env = _stub_env(game, [("\nNo plan.\n>", 0, False, _tw_info(["look"], [])),
+                           ("\nYou fall.\n>", 0, True, _tw_info(["look"], ["look"], lost=True))])
+    _, info = env.reset()
+    assert info["oracle"]["distance_to_goal"] == 1
+    _, _, term, _, info = env.step("look")
+    assert not term and info["oracle"]["distance_to_goal"] is None and info["oracle"]["plan_commands"] == []
+    _, _, term, trunc, info = env.step("jump")
+    assert term and not trunc and info["lost"] and info["oracle"]["dead_end"]
+    assert info["oracle"]["distance_to_goal"] is None and info["admissible_commands"] == []
+
+
+def test_textworld_through_as_gymnasium_passes_check_env(game):
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    from agentmill.envs.wrappers import as_gymnasium
+
+    genv = as_gymnasium(TextWorldEnv(game, max_steps=40))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(genv, skip_render_check=True)
+    genv.close()
+
+
+def test_a_multi_line_action_is_one_command(game):
+    env = TextWorldEnv(game, max_steps=10)
+    _, info = env.reset()
+    first = info["oracle"]["plan_commands"][0]
+    _, _, _, _, info = env.step(f"look\n{first}")
+    assert info["invalid_action"] and info["step"] == 1
+    assert info["oracle"]["distance_to_goal"] == TextWorldEnv(game).reset()[1]["oracle"]["distance_to_goal"]
+    env.close()

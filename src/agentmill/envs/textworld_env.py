@@ -78,7 +78,8 @@ class TextWorldEnv:
     - ``reward`` = score − previous score; ``terminated`` = won or lost; ``truncated`` = ``max_steps`` steps taken
       (every call counts, including commands the game does not understand) or no admissible command left
       (``info["stuck"] = True``).
-    - Any string is passed to the game; ``invalid_action`` is set when it was not admissible.
+    - Any string is passed to the game, on one line (whitespace runs, newlines included, become one space);
+      ``invalid_action`` is set when it was not admissible.
     - ``info``: ``admissible_commands`` (sorted), ``won``, ``lost``, ``task_id`` (the file stem), ``step``,
       ``invalid_action``, ``feedback`` (the cleaned game text, also the observation), ``description``,
       ``inventory``, ``objective``, ``score``, ``max_score``, and ``oracle``: ``distance_to_goal`` =
@@ -136,8 +137,13 @@ class TextWorldEnv:
             raise RuntimeError("TextWorldEnv.step called on a finished episode; call reset() first")
         if not isinstance(action, str):
             raise TypeError(f"action must be str, got {type(action).__name__}")
-        invalid = " ".join(action.lower().split()) not in self._admissible
-        raw, score, done, tw_info = self._env.step(action)
+        # One line only: a newline inside the string would feed the interpreter several commands in one step.
+        command = " ".join(action.split())
+        invalid = command.lower() not in self._admissible
+        with warnings.catch_warnings():
+            # jericho cuts commands longer than its input buffer and warns; such a string is invalid anyway.
+            warnings.filterwarnings("ignore", message=r".*was truncated to")
+            raw, score, done, tw_info = self._env.step(command)
         self._t += 1
         reward = float(score) - self._score
         self._score = float(score)
