@@ -1,0 +1,65 @@
+"""train_compare: equal samples per arm, common random numbers, parameters move, bad input (spec §6.4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agentmill.envs.keydoor import KeyDoorConfig, generate_layout, make_keydoor
+from agentmill.envs.policies import SoftmaxTablePolicy
+from agentmill.methods.g2po.keys import FieldsKey
+from agentmill.methods.g2po.train import train_compare
+
+CFG = KeyDoorConfig(n_rooms=3, n_locks=1, max_steps=20)
+TASKS = [generate_layout(s, CFG) for s in (4, 6, 7)]
+
+
+def _env(layout):
+    return make_keydoor(layout=layout, config=CFG)
+
+
+def _run(lr, policies=None, seeds=(0, 1)):
+    def factory():
+        p = SoftmaxTablePolicy()
+        if policies is not None:
+            policies.append(p)
+        return p
+    return train_compare(_env, TASKS, factory, key_fn=FieldsKey(), group_size=4, tasks_per_iter=2, iterations=3,
+                         lr=lr, seeds=seeds, eval_every=2, eval_episodes=6)
+
+
+def test_arms_get_equal_samples_and_common_random_numbers_and_parameters_move() -> None:
+    policies: list = []
+    log = _run({"grpo": 1.0, "gigpo": 1.0, "g2po": 1.0}, policies)
+    assert len(log.arms) == 6 and len(policies) == 6
+    for seed in (0, 1):
+        arms = [log.arm(e, seed) for e in ("grpo", "gigpo", "g2po")]
+        assert all(a.eval_iteration == [0, 2, 3] and a.eval_episodes == [0, 16, 24] for a in arms)
+        # before any update every arm has the same policy, so the same eval and first training rollouts
+        assert len({a.success[0] for a in arms}) == 1 and len({a.train_success[0] for a in arms}) == 1
+        assert all(a.seconds["rollout"] > 0 and a.seconds["advantages"] > 0 for a in arms)
+        assert arms[2].seconds["graph"] > 0 and arms[0].seconds["graph"] == 0 and len(arms[2].merge_rate) == 3
+    assert all(p.n_parameters > 0 for p in policies)  # every arm's parameters moved
+    assert log.auc("g2po").shape == (2,) and log.to_dict()["setup"]["iterations"] == 3
+
+
+def test_zero_learning_rate_makes_every_arm_identical() -> None:
+    log = _run(0.0, seeds=(5,))
+    curves = {tuple(log.arm(e, 5).success) for e in ("grpo", "gigpo", "g2po")}
+    steps = {tuple(log.arm(e, 5).eval_env_steps) for e in ("grpo", "gigpo", "g2po")}
+    assert len(curves) == 1 and len(steps) == 1
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match="unknown estimators"):
+        train_compare(_env, TASKS, SoftmaxTablePolicy, ("ppo",), FieldsKey(), iterations=1, lr=1.0, seeds=[0])
+    with pytest.raises(ValueError, match="key_fn"):
+        train_compare(_env, TASKS, SoftmaxTablePolicy, ("g2po",), iterations=1, lr=1.0, seeds=[0])
+    with pytest.raises(ValueError, match=">= 1"):
+        train_compare(_env, TASKS, SoftmaxTablePolicy, ("grpo",), iterations=0, lr=1.0, seeds=[0])
+    assert np.isnan(_nan_auc())
+
+
+def _nan_auc() -> float:
+    from agentmill.methods.g2po.train import ArmLog
+    return ArmLog("grpo", 0, 1.0).auc
