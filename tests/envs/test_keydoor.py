@@ -276,3 +276,13 @@ def test_fully_observable_setting_key_is_a_bijection_with_state():
         states = env.reachable_states()
         keys = {env.texts(s) for s in states}
         assert len(keys) == len(states)
+
+
+def test_a_layout_must_match_the_config():
+    lay = generate_layout(0, KeyDoorConfig())
+    for cfg in (KeyDoorConfig(n_rooms=5), KeyDoorConfig(n_locks=1), KeyDoorConfig(n_distractors=1),
+                KeyDoorConfig(trap=False)):
+        with pytest.raises(ValueError, match="does not match"):
+            KeyDoorEnv(lay, cfg)
+    # dynamics-only fields may differ from the generating config
+    assert KeyDoorEnv(lay, KeyDoorConfig(slip=0.2, max_steps=5)).layout == lay

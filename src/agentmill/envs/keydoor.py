@@ -329,7 +329,8 @@ class KeyDoorEnv:
         self.config = config
         self.layout = layout if layout is not None else generate_layout(layout_seed, config)
         lay = self.layout
-        if len(lay.rooms) != config.n_rooms or len(lay.doors) != config.n_locks:
+        if (len(lay.rooms) != config.n_rooms or len(lay.doors) != config.n_locks
+                or len(lay.distractors) != config.n_distractors or (lay.well_room >= 0) != config.trap):
             raise ValueError(f"layout {lay.task_id} does not match the config ({config})")
         self._doors = _door_lookup(lay)
         self._core = _core_model(lay, config.droppable, config.trap)
