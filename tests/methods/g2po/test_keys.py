@@ -88,3 +88,17 @@ def test_cluster_similar_is_greedy_against_first_members() -> None:
 def test_cluster_similar_warns_above_5000_rows() -> None:
     with pytest.warns(UserWarning, match="5001 rows"):
         cluster_similar(["same"] * 5001, 0.9)
+
+
+def test_key_from_spec_parses_the_cli_forms_and_rejects_the_rest() -> None:
+    from agentmill.methods.g2po.keys import key_from_spec
+    assert key_from_spec("exact") == (ExactKey(), None)
+    assert key_from_spec("fields:description, inventory") == (FieldsKey(("description", "inventory")), None)
+    assert key_from_spec("similar:0.95") == (ExactKey(), 0.95)
+    assert key_from_spec("hash")[0] == HashKey()
+    scrub, _ = key_from_spec("scrub:unique")
+    assert scrub("a\n[request 0a1b2c3d at 2026-06-22T10:11:12Z]", {}) == "a"
+    assert key_from_spec(r"scrub:\d+")[0]("room 12", {}) == "room"
+    for bad in ("exactly", "fields:", "similar:1.0", "similar:x", "scrub:(", "eval:__import__('os')"):
+        with pytest.raises(ValueError):
+            key_from_spec(bad)

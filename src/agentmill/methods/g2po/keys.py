@@ -22,7 +22,8 @@ from typing import Any
 
 from agentmill.envs.wrappers import UNIQUE_OBS_PATTERN  # re-exported: the wrapper owns the format it writes
 
-__all__ = ["UNIQUE_OBS_PATTERN", "ExactKey", "FieldsKey", "HashKey", "ScrubbedKey", "StateKeyFn", "cluster_similar"]
+__all__ = ["UNIQUE_OBS_PATTERN", "ExactKey", "FieldsKey", "HashKey", "ScrubbedKey", "StateKeyFn", "cluster_similar",
+           "key_from_spec"]
 
 StateKeyFn = Callable[[str, Mapping[str, Any]], Hashable]
 
@@ -152,3 +153,39 @@ def cluster_similar(texts: Sequence[str], threshold: float = 0.95) -> list[int]:
         exact[text] = cid
         out.append(cid)
     return out
+
+
+def key_from_spec(spec: str) -> tuple[StateKeyFn, float | None]:
+    """Parse a command-line key spec (spec §6.7 ``--key``) into ``(key_fn, similarity)``.
+
+    ``exact`` -> ``ExactKey()``; ``fields:description,inventory`` -> ``FieldsKey(...)``; ``scrub:REGEX`` ->
+    ``ScrubbedKey(REGEX)`` over ``ExactKey`` (``scrub:unique`` uses ``UNIQUE_OBS_PATTERN``); ``hash`` ->
+    ``HashKey()``; ``similar:0.95`` -> ``ExactKey()`` with GiGPO's similarity threshold 0.95 (a grouping pass, so it
+    is returned separately and only ``gigpo_advantages`` uses it). Never evaluates the string.
+    """
+    kind, _, arg = spec.partition(":")
+    if kind == "exact" and not arg:
+        return ExactKey(), None
+    if kind == "hash" and not arg:
+        return HashKey(), None
+    if kind == "fields" and arg:
+        names = tuple(f.strip() for f in arg.split(",") if f.strip())
+        if names:
+            return FieldsKey(names), None
+    if kind == "scrub" and arg:
+        pattern = UNIQUE_OBS_PATTERN if arg == "unique" else arg
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"key spec {spec!r}: bad regex: {exc}") from exc
+        return ScrubbedKey(pattern), None
+    if kind == "similar" and arg:
+        try:
+            threshold = float(arg)
+        except ValueError:
+            threshold = float("nan")
+        if not (0.0 < threshold < 1.0):
+            raise ValueError(f"key spec {spec!r}: the similarity threshold must be a number in (0, 1)")
+        return ExactKey(), threshold
+    raise ValueError(f"unknown key spec {spec!r}; use exact | hash | fields:a,b | scrub:REGEX | scrub:unique | "
+                     "similar:THRESHOLD")
