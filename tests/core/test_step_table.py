@@ -101,3 +101,16 @@ def test_split_or_duplicated_trajectory_is_refused() -> None:
 def test_take_trajectories_permutes_whole_trajectories() -> None:
     tb = _golden().take_trajectories([2, 0, 1])
     assert tb.traj_id.tolist() == ["t3", "t3", "t1", "t1", "t2", "t2", "t2"]
+
+
+def test_label_table_helpers() -> None:
+    lab = LabelTable.from_distances([3, 2, -1, 1], [2, 2, 0, DEAD_END_DISTANCE])
+    assert lab.progress.tolist() == [1, 0, -1, 0] and lab.dead_end.tolist() == [False, False, False, True]
+    assert len(LabelTable.concat([lab, LabelTable.unknown(2)])) == 6
+    assert lab.take([3, 0]).dist_after.tolist() == [DEAD_END_DISTANCE, 2]
+    assert LabelTable.from_rows([lab.row(0)]).row(0) == {"dist_before": 3, "dist_after": 2, "progress": 1,
+                                                         "dead_end": False}
+    with pytest.raises(ValueError, match="progress"):
+        LabelTable([0], [0], [2], [False])
+    with pytest.raises(ValueError, match="equal length"):
+        LabelTable([0, 1], [0], [1], [False])
