@@ -232,3 +232,13 @@ def test_a_multi_line_action_is_one_command(game):
     assert info["invalid_action"] and info["step"] == 1
     assert info["oracle"]["distance_to_goal"] == TextWorldEnv(game).reset()[1]["oracle"]["distance_to_goal"]
     env.close()
+
+
+def test_tw_make_timeout_is_reported(tmp_path, monkeypatch):
+    import agentmill.envs.textworld_env as twmod
+
+    monkeypatch.setattr(twmod, "TW_MAKE_TIMEOUT_S", 0.05)
+    with pytest.raises(RuntimeError, match="timed out after"):
+        _generate_one(["custom", "--world-size", "3", "--nb-objects", "6", "--quest-length", "3", "--seed", "9"],
+                      9, tmp_path, "1.7.0")
+    assert list(tmp_path.iterdir()) == []
