@@ -198,3 +198,23 @@ def test_scorer_over_an_hf_lora_pair():
     lp = [score_segments(m, [prompt, action + eot]).token_logprobs[1].astype(np.float64)
           for m in (pair.policy, pair.reference)]
     assert abs(a) > 1e-3 and a == pytest.approx(float((lp[0] - lp[1]).sum()), abs=1e-5)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_chat_episode_reproduces_the_template_and_the_prompts():
+    from agentmill.lm import load_lm
+    from agentmill.methods.progress_advantage.scorer import chat_episode
+
+    lm = load_lm("hf:smollm2")
+    obs, acts = ["You are in the hall. Exits: north.", "You are in the kitchen."], ["go north", "open fridge"]
+    ep = chat_episode(lm, obs, acts, candidates=[("go north", "look"), ("open fridge", "go south")])
+    assert ep.is_action == (False, True, False, True) and ep.end_of_turn == "<|im_end|>"
+    assert lm.encode(ep.segments[0]) == lm.render([{"role": "user", "content": obs[0]}])  # what the policy saw
+    ids = [t for s, a in zip(ep.segments, ep.is_action) for t in lm.encode(s) + (lm.encode("<|im_end|>") if a else [])]
+    msgs = [m for o, a in zip(obs, acts) for m in ({"role": "user", "content": o}, {"role": "assistant", "content": a})]
+    full = lm.encode(lm.tokenizer.apply_chat_template(msgs, tokenize=False))
+    assert full[: len(ids)] == ids
+    with pytest.warns(UserWarning, match="policy equals the reference"):
+        out = ProgressAdvantageScorer(lm, lm).score_many([ep])
+    assert out[0].A.tolist() == [0.0, 0.0] and np.all(out[0].policy_logprob < 0)

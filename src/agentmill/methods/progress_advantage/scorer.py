@@ -294,3 +294,48 @@ def _log_softmax_at(v: np.ndarray, i: int) -> float:
         return math.nan
     m = v.max()
     return float(v[i] - m - np.log(np.exp(v - m).sum()))
+
+
+def chat_episode(lm: Any, observations: Sequence[str], actions: Sequence[str], *, system: str | None = None,
+                 candidates: Sequence[Sequence[str] | None] | None = None) -> Episode:
+    """Render a multi-turn episode with the model's own chat template: observation t is a user turn, action t the
+    assistant's reply (spec §2.8 step 1: "render exactly as the policy saw the episode").
+
+    The template text of the conversation up to each user turn (with the generation prompt) is what the policy
+    was conditioned on; the episode's non-action segments are the differences between consecutive prompts, the
+    actions are separate segments (tokenized separately, as decoding produced them), and the end-of-turn marker
+    (the tokenizer's EOS text, e.g. ``<|im_end|>``) follows each action. Raises ``ValueError`` if the template is
+    not prefix-stable (a later prompt does not extend the earlier one) — then record token ids at rollout time.
+    ``system=None`` keeps the template's default system prompt (SmolLM2 can derail with a custom one).
+    """
+    tok = getattr(lm, "tokenizer", None)
+    if tok is None or not getattr(tok, "chat_template", None):
+        raise ValueError(f"{getattr(lm, 'spec', '?')!r} has no chat template; use Episode.from_steps")
+    if len(observations) != len(actions) or not actions:
+        raise ValueError("chat_episode: one observation per action, at least one step")
+    eot = tok.eos_token
+    if not eot:
+        raise ValueError("chat_episode: the tokenizer has no EOS token to end an assistant turn")
+    msgs: list[dict[str, str]] = [] if system is None else [{"role": "system", "content": system}]
+    consumed = ""
+    segs: list[str] = []
+    flags: list[bool] = []
+    for t, (obs, act) in enumerate(zip(observations, actions)):
+        msgs.append({"role": "user", "content": obs})
+        prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        if not prompt.startswith(consumed):
+            raise ValueError(f"chat_episode: the chat template is not prefix-stable at step {t}; record the token ids "
+                             "the policy saw at rollout time instead")
+        segs += [prompt[len(consumed):], act]
+        flags += [False, True]
+        msgs.append({"role": "assistant", "content": act})
+        full = tok.apply_chat_template(msgs, tokenize=False)
+        after = full[len(prompt):]
+        if not after.startswith(act + eot):
+            raise ValueError(f"chat_episode: the template does not close assistant turn {t} with {eot!r} right after "
+                             "the action; record token ids at rollout time instead")
+        consumed = prompt + act + eot
+    cands = None if candidates is None else tuple(None if c is None else tuple(c) for c in candidates)
+    if cands is not None and any(c is None for c in cands):
+        cands = None
+    return Episode(tuple(segs), tuple(flags), cands, eot, meta={"renderer": f"chat:{getattr(lm, 'spec', '?')}"})
