@@ -218,3 +218,23 @@ def test_chat_episode_reproduces_the_template_and_the_prompts():
     with pytest.warns(UserWarning, match="policy equals the reference"):
         out = ProgressAdvantageScorer(lm, lm).score_many([ep])
     assert out[0].A.tolist() == [0.0, 0.0] and np.all(out[0].policy_logprob < 0)
+
+
+def test_episodes_from_a_step_table_align_with_rows():
+    from agentmill.core.types import StepTable
+    from agentmill.methods.progress_advantage.scorer import episodes_from_table
+
+    table = StepTable.from_episodes([
+        {"group_id": "g", "traj_id": "a", "obs": ["room", "hall", "room"], "actions": ["go north", "look"],
+         "rewards": [0, 1], "candidates": [("go north", "look"), ("look",)]},
+        {"group_id": "g", "traj_id": "b", "obs": ["room", "hall"], "actions": ["look"], "rewards": [0],
+         "end": "truncated"},
+    ])
+    eps = episodes_from_table(table, action_prefix=" >", end_of_turn=" .")
+    assert [k for k, _ in eps] == [("g", "a"), ("g", "b")]
+    assert eps[0][1].candidates == (("go north", "look"), ("look",)) and eps[1][1].candidates is None
+    pol, ref = _pair({"go": -0.5, "look": -2.0}, {"go": -1.0, "look": -1.0})
+    scores = ProgressAdvantageScorer(pol, ref).score_many([e for _, e in eps])
+    flat = np.concatenate([s.A for s in scores])
+    assert flat.tolist() == [pytest.approx(0.5), pytest.approx(-1.0), pytest.approx(-1.0)]  # one per table row
+    assert flat.size == len(table)

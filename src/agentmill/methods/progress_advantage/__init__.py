@@ -10,10 +10,11 @@ from agentmill.methods.progress_advantage.core import (Attribution, BoNResult, a
                                                        attribute_failure, attribution_metrics, best_of_n,
                                                        step_error_auroc, success_auroc,
                                                        tabular_progress_advantage)
-from agentmill.methods.progress_advantage.scorer import Episode, ProgressAdvantageScorer, StepScores
+from agentmill.methods.progress_advantage.scorer import (Episode, ProgressAdvantageScorer, StepScores, chat_episode,
+                                                         episodes_from_table)
 
 __all__ = [
-    "PAConfig", "ProgressAdvantageScorer", "Episode", "StepScores",
+    "PAConfig", "ProgressAdvantageScorer", "Episode", "StepScores", "chat_episode", "episodes_from_table",
     "aggregate_tokens", "aggregate_steps", "best_of_n", "BoNResult", "step_error_auroc", "success_auroc",
     "attribute_failure", "attribution_metrics", "Attribution", "tabular_progress_advantage",
 ]

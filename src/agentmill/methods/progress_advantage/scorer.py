@@ -339,3 +339,20 @@ def chat_episode(lm: Any, observations: Sequence[str], actions: Sequence[str], *
     if cands is not None and any(c is None for c in cands):
         cands = None
     return Episode(tuple(segs), tuple(flags), cands, eot, meta={"renderer": f"chat:{getattr(lm, 'spec', '?')}"})
+
+
+def episodes_from_table(table: Any, *, prompt: str = "", action_prefix: str = "\n> ",
+                        end_of_turn: str = "\n") -> list[tuple[tuple[str, str], Episode]]:
+    """One plain-layout :class:`Episode` per trajectory of a ``StepTable`` (``core.types``), keyed by
+    (group_id, traj_id), in table order; the rows' ``candidates`` become the admissible sets when every row has
+    them. Step scores then align with the table's rows trajectory by trajectory."""
+    starts = list(table.traj_starts)
+    ends = starts[1:] + [len(table)]
+    out = []
+    for s, e in zip(starts, ends):
+        cands = [table.candidates[r] for r in range(s, e)]
+        ep = Episode.from_steps([table.obs[r] for r in range(s, e)], [table.action[r] for r in range(s, e)],
+                                cands if all(c is not None for c in cands) else None, prompt=prompt,
+                                action_prefix=action_prefix, end_of_turn=end_of_turn)
+        out.append(((str(table.group_id[s]), str(table.traj_id[s])), ep))
+    return out
