@@ -168,6 +168,9 @@ def test_tiny_pair_batched_equals_single():
     for a, b in zip(single, batched):
         assert np.max(np.abs(a.A - b.A)) < 1e-5 and np.isfinite(a.A).all()
     assert np.all(ProgressAdvantageScorer(pol, pol).step_scores(eps[0]).A == 0.0)
+    # one pass per model equals re-scoring every prefix separately (PERF-5's slow baseline)
+    for e, a in zip(eps, single):
+        assert np.max(np.abs(sc.step_scores_prefix_rescoring(e) - a.A)) < 1e-5
 
 
 @pytest.mark.hf

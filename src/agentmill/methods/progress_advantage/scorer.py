@@ -191,6 +191,30 @@ class ProgressAdvantageScorer:
                               "(or ignores the context); progress advantage carries no signal here", stacklevel=2)
         return out
 
+    def step_scores_prefix_rescoring(self, traj: Trajectory | Episode) -> np.ndarray:
+        """The slow reference of PERF-5: each action scored by its own forward pass over the episode prefix up to
+        that action (T passes per model instead of one). Same numbers as :meth:`step_scores` in free-text mode
+        (to float rounding); exists to time the one-pass design and to test it."""
+        ep = traj if isinstance(traj, Episode) else Episode.from_trajectory(traj)
+        if self.cfg.action_space != "free_text":
+            raise ValueError("prefix re-scoring is the free-text baseline; set action_space='free_text'")
+        segs, spans = self._layout(ep)
+        out = []
+        for idx in spans:
+            prefix = segs[: idx[-1] + 1]
+            p = self._score(self.policy, [prefix], 1)[0]
+            r = self._score(self.reference, [prefix], 1)[0]
+            tp = np.concatenate([p.token_logprobs[i] for i in idx])
+            tr = np.concatenate([r.token_logprobs[i] for i in idx])
+            if tp.size == 0 or np.isnan(tp).any() or np.isnan(tr).any():
+                out.append(math.nan)
+            elif self.same_tokenizer:
+                out.append(step_score(tp, tr, beta=self.cfg.beta, token_agg=self.cfg.token_agg,
+                                      ratio_mode=self.cfg.ratio_mode))
+            else:
+                out.append(self.cfg.beta * (aggregate_tokens(tp, "sum") - aggregate_tokens(tr, "sum")))
+        return np.asarray(out, dtype=np.float64)
+
     # ------------------------------------------------------------------------------------------ free text
     def _layout(self, ep: Episode) -> tuple[list[Any], list[list[int]]]:
         """Segments with end-of-turn markers inserted after actions, and each action's segment indices."""
