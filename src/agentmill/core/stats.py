@@ -259,10 +259,9 @@ def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: Sequence[An
         raise ValueError(f"level must be in (0, 1), got {level}")
     _, codes = np.unique(c, return_inverse=True)
     codes = codes.reshape(-1)
-    order = np.argsort(codes, kind="stable")
+    order = np.argsort(codes, kind="stable")  # rows grouped by cluster; cluster k is order[starts[k]:+counts[k]]
     counts = np.bincount(codes)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    members = [order[a:a + k] for a, k in zip(starts, counts)]
     value = float(stat(np.arange(c.size)))
     n_clusters = counts.size
     rng = np.random.default_rng(seed)
@@ -270,7 +269,10 @@ def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: Sequence[An
     dropped = 0
     for _ in range(n_boot):
         pick = rng.integers(0, n_clusters, size=n_clusters)
-        rows = np.concatenate([members[k] for k in pick])
+        k = counts[pick]
+        # vectorised concatenation of the picked clusters' row lists
+        offsets = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
+        rows = order[np.repeat(starts[pick], k) + offsets]
         try:
             b = float(stat(rows))
         except ValueError:
