@@ -240,3 +240,17 @@ def test_episodes_from_a_step_table_align_with_rows():
     flat = np.concatenate([s.A for s in scores])
     assert flat.tolist() == [pytest.approx(0.5), pytest.approx(-1.0), pytest.approx(-1.0)]  # one per table row
     assert flat.size == len(table)
+
+
+def test_score_files_carry_the_pair_identity(tmp_path):
+    from agentmill.methods.progress_advantage.scorer import read_scores, write_scores
+
+    pol, ref = _pair({"go": -0.5}, {"go": -1.5}, max_positions=6)
+    sc = ProgressAdvantageScorer(pol, ref, PAConfig(truncate="left"))
+    s = sc.step_scores(_episode())
+    path = write_scores(tmp_path / "scores.json", [(("g", "a"), s)], sc.identity())
+    (key, back), = read_scores(path, sc.identity())
+    assert key == ("g", "a") and back.flags == s.flags and math.isnan(back.A[0]) and back.A[1] == s.A[1]
+    other = ProgressAdvantageScorer(pol, ref, PAConfig(truncate="left", beta=0.5))
+    with pytest.raises(ValueError, match="beta"):
+        read_scores(path, other.identity())

@@ -380,3 +380,45 @@ def episodes_from_table(table: Any, *, prompt: str = "", action_prefix: str = "\
                                 action_prefix=action_prefix, end_of_turn=end_of_turn)
         out.append(((str(table.group_id[s]), str(table.traj_id[s])), ep))
     return out
+
+
+SCORES_SCHEMA = "agentmill.progress_scores/1"
+
+
+def write_scores(path: Any, keyed_scores: Sequence[tuple[Any, StepScores]], identity: dict[str, Any]) -> Any:
+    """Write step scores with the pair's identity (:meth:`ProgressAdvantageScorer.identity`) as one JSON file,
+    atomically (temp file, fsync, rename). NaN is stored as null. Returns the path."""
+    from agentmill.core.records import write_json_atomic
+
+    def arr(x: np.ndarray | None) -> list[float | None] | None:
+        return None if x is None else [None if math.isnan(v) else float(v) for v in np.asarray(x, dtype=float)]
+
+    rows = [{"key": list(k) if isinstance(k, tuple) else k, "A": arr(s.A), "policy_logprob": arr(s.policy_logprob),
+             "ref_logprob": arr(s.ref_logprob), "self_certainty": arr(s.self_certainty), "flags": list(s.flags),
+             "n_truncated_left": s.n_truncated_left} for k, s in keyed_scores]
+    return write_json_atomic(path, {"schema": SCORES_SCHEMA, "identity": identity, "scores": rows})
+
+
+def read_scores(path: Any, identity: dict[str, Any] | None = None) -> list[tuple[Any, StepScores]]:
+    """Read a file of :func:`write_scores`. With ``identity``, refuse (``ValueError``) a file written for another
+    pair, β, aggregation or renderer: scores must never be re-used across pairs silently (spec §9)."""
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if doc.get("schema") != SCORES_SCHEMA:
+        raise ValueError(f"{path}: not a progress-score file (schema {doc.get('schema')!r})")
+    if identity is not None and doc["identity"] != json.loads(json.dumps(identity)):
+        diff = sorted(k for k in set(doc["identity"]) | set(identity)
+                      if doc["identity"].get(k) != json.loads(json.dumps(identity)).get(k))
+        raise ValueError(f"{path}: scores were written for another pair/config (differs in {diff}); re-score")
+
+    def arr(x: list[float | None] | None) -> np.ndarray | None:
+        return None if x is None else np.array([math.nan if v is None else v for v in x], dtype=np.float64)
+
+    out = []
+    for r in doc["scores"]:
+        key = tuple(r["key"]) if isinstance(r["key"], list) else r["key"]
+        out.append((key, StepScores(arr(r["A"]), arr(r["policy_logprob"]), arr(r["ref_logprob"]),  # type: ignore[arg-type]
+                                    arr(r["self_certainty"]), tuple(r["flags"]), int(r["n_truncated_left"]))))
+    return out
