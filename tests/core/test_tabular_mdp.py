@@ -109,6 +109,25 @@ def test_gamma_one_needs_a_proper_policy():
         policy_evaluation(mdp, np.array([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5]]))  # loops at 0 forever
 
 
+def test_soft_value_iteration_with_gamma_one():
+    """γ = 1 converges when absorption is certain (a self-loop that can always exit), and raises otherwise."""
+    P = np.zeros((2, 2, 2))
+    P[0, 0, 0] = P[0, 1, 1] = P[1, :, 1] = 1.0  # state 0: a0 loops, a1 exits to absorbing state 1
+    R = np.array([[0.0, 1.0], [0.0, 0.0]])
+    mdp = TabularMDP(P=P, R=R, gamma=1.0, absorbing=np.array([False, True]))
+    ref = np.full((2, 2), 0.5)
+    Q, V, pi = soft_value_iteration(mdp, ref, 1.0)
+    # V = log(0.5 e^V + 0.5 e^1)  =>  e^V = e  =>  V = 1: looping is free, so the soft value is the exit's reward
+    assert V[0] == pytest.approx(1.0, abs=1e-11)
+    assert np.max(np.abs(log_ratio_advantage(pi, ref, 1.0)[0] - soft_advantage(Q, V)[0])) < 1e-10
+    # with a loop reward r the fixed point needs π_ref(loop)·e^{r/β} < 1 (the KL cost tames a small r = 0.5:
+    # 0.5·e^0.5 < 1); r = 1 gives 0.5·e > 1, the value grows without bound and the solver must say so
+    R2 = np.array([[1.0, 1.0], [0.0, 0.0]])
+    with pytest.raises(RuntimeError, match="did not reach"):
+        soft_value_iteration(TabularMDP(P=P, R=R2, gamma=1.0, absorbing=np.array([False, True])), ref, 1.0,
+                             max_iter=2000)
+
+
 # ---------------------------------------------------------------- the E173 identity
 
 

@@ -250,7 +250,7 @@ def _soft_greedy(mdp: TabularMDP, Q: np.ndarray, V: np.ndarray, ref: np.ndarray,
 
 
 def soft_value_iteration(mdp: TabularMDP, pi_ref: np.ndarray, beta: float, *, tol: float = 1e-13,
-                         max_iter: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                         max_iter: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Soft-optimal (Q*, V*, π*) by iterating the soft Bellman operator (spec §2.7):
 
         Q(s,a) = r(s,a) + γ Σ_s' P(s'|s,a) V(s'),   V(s) = β log Σ_a π_ref(a|s) exp(Q(s,a)/β).
