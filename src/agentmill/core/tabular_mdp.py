@@ -256,9 +256,9 @@ def soft_value_iteration(mdp: TabularMDP, pi_ref: np.ndarray, beta: float, *, to
         Q(s,a) = r(s,a) + γ Σ_s' P(s'|s,a) V(s'),   V(s) = β log Σ_a π_ref(a|s) exp(Q(s,a)/β).
 
     Stops when the sup-norm change of V drops below ``tol``; at that point ‖V − V*‖∞ ≤ γ·tol/(1 − γ). The operator is
-    a γ-contraction, so γ < 1 always converges; with γ = 1 it converges when absorption is certain under every
-    policy (each action reaches an absorbing state eventually), and ``RuntimeError`` is raised otherwise after
-    ``max_iter`` sweeps. Finite horizons: :func:`soft_backward_induction`.
+    a γ-contraction, so γ < 1 always converges; with γ = 1 it converges when a finite soft value exists (e.g.
+    absorption is certain under every policy; a reward-r self-loop is fine while π_ref(loop)·e^{r/β} < 1), and
+    ``RuntimeError`` is raised after ``max_iter`` sweeps otherwise. Finite horizons: :func:`soft_backward_induction`.
 
     π* = π_ref·exp((Q* − V*)/β), normalised, so β·log(π*/π_ref) = Q* − V* = A* — the E173 identity **[P]**.
     Shapes: Q (S, A) with NaN on invalid actions, V (S,), π (S, A).

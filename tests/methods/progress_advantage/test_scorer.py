@@ -254,3 +254,11 @@ def test_score_files_carry_the_pair_identity(tmp_path):
     other = ProgressAdvantageScorer(pol, ref, PAConfig(truncate="left", beta=0.5))
     with pytest.raises(ValueError, match="beta"):
         read_scores(path, other.identity())
+
+
+def test_empty_action_span_is_missing_not_zero():
+    pol, ref = _pair({"go": -0.5}, {"go": -1.5})
+    ep = Episode(("room >", "", "hall >", "go"), (False, True, False, True))  # no end-of-turn marker
+    s = ProgressAdvantageScorer(pol, ref, PAConfig(step_agg="min")).step_scores(ep)
+    assert math.isnan(s.A[0]) and s.flags == ("empty", "") and s.A[1] == 1.0
+    assert ProgressAdvantageScorer(pol, ref, PAConfig(step_agg="min")).trajectory_score(ep) == 1.0  # NaN skipped
