@@ -36,6 +36,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_counterexample",
     "agentmill.experiments.e179_lossless_exact",
     "agentmill.experiments.e179_lossless_mc",
+    "agentmill.experiments.e165_g2po_advantage_quality",
 )
 
 _registry: dict[str, Experiment] | None = None
