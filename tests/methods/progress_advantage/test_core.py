@@ -122,6 +122,16 @@ def test_step_error_auroc_permuted_labels_control():
     assert step_error_auroc(signal, lab, n_boot=300).estimate.lo > 0.75
 
 
+def test_return_spearman():
+    from agentmill.methods.progress_advantage.core import return_spearman
+
+    est, n_excl = return_spearman([1.0, 2.0, np.nan, 3.0, 4.0], [0.0, 0.5, 9.0, 0.7, 2.0], n_boot=200)
+    assert est.value == pytest.approx(1.0) and n_excl == 1
+    rng = np.random.default_rng(1)
+    est, _ = return_spearman(rng.standard_normal(200), rng.standard_normal(200), n_boot=300)
+    assert est.lo < 0 < est.hi
+
+
 def test_success_auroc_excludes_nan():
     est, n_excl = success_auroc([0.9, 0.1, np.nan, 0.5], [1, 0, 1, 0], n_boot=100)
     assert est.value == 1.0 and n_excl == 1
