@@ -38,6 +38,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e179_lossless_mc",
     "agentmill.experiments.e165_g2po_advantage_quality",
     "agentmill.experiments.e165_g2po_no_repeat_collapse",
+    "agentmill.experiments.e165_g2po_value_variance",
 )
 
 _registry: dict[str, Experiment] | None = None
