@@ -39,6 +39,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_advantage_quality",
     "agentmill.experiments.e165_g2po_no_repeat_collapse",
     "agentmill.experiments.e165_g2po_value_variance",
+    "agentmill.experiments.e165_g2po_td_covariance",
 )
 
 _registry: dict[str, Experiment] | None = None
