@@ -40,6 +40,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_no_repeat_collapse",
     "agentmill.experiments.e165_g2po_value_variance",
     "agentmill.experiments.e165_g2po_td_covariance",
+    "agentmill.experiments.e165_g2po_learning_keydoor",
 )
 
 _registry: dict[str, Experiment] | None = None
