@@ -41,6 +41,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_value_variance",
     "agentmill.experiments.e165_g2po_td_covariance",
     "agentmill.experiments.e165_g2po_learning_keydoor",
+    "agentmill.experiments.e165_g2po_overhead",
 )
 
 _registry: dict[str, Experiment] | None = None
