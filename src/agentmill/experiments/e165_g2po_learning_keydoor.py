@@ -228,11 +228,11 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     axes[0].set_xlabel("training episodes")
     axes[1].set_xlabel("training env steps (mean over seeds)")
     axes[0].set_ylabel("sampled-policy success")
-    axes[0].set_title("KeyDoor learning curves (95 % CI over seeds)")
+    axes[0].set_title(data.get("title", "KeyDoor learning curves (95 % CI over seeds)"))
     axes[1].set_title("the same against env steps")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = out / "g5_learning_curves.png"
+    path = out / data.get("plot_name", "g5_learning_curves.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
