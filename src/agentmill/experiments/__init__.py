@@ -42,6 +42,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_td_covariance",
     "agentmill.experiments.e165_g2po_learning_keydoor",
     "agentmill.experiments.e165_g2po_overhead",
+    "agentmill.experiments.e165_g2po_learning_textworld",
 )
 
 _registry: dict[str, Experiment] | None = None
