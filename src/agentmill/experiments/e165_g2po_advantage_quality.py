@@ -183,10 +183,13 @@ def cluster_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[np.nd
     return codes, W
 
 
-def weighted_auroc(score: np.ndarray, pos: np.ndarray, w: np.ndarray) -> float:
+def weighted_auroc(score: np.ndarray, pos: np.ndarray, w: np.ndarray, inv: np.ndarray | None = None) -> float:
     """AUROC (ties 1/2) with row weights: the Mann-Whitney statistic of the weighted sample. Equals ``auroc`` when
-    all weights are 1; a resample of whole clusters is the weight vector of cluster multiplicities."""
-    _, inv = np.unique(score, return_inverse=True)
+    all weights are 1; a resample of whole clusters is the weight vector of cluster multiplicities. ``inv`` (the
+    rank of each score among the distinct scores, ``np.unique(score, return_inverse=True)[1]``) may be passed to
+    skip the sort when the same scores are reweighted many times."""
+    if inv is None:
+        inv = np.unique(score, return_inverse=True)[1]
     inv = inv.reshape(-1)
     w1 = np.bincount(inv, weights=w * pos)
     w0 = np.bincount(inv, weights=w * (~pos))
@@ -210,7 +213,10 @@ def auroc_table(scores: dict[str, np.ndarray], pos: np.ndarray, codes: np.ndarra
                 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Point AUROC and bootstrap AUROCs (n_boot,) of each score, all on the same resamples (paired)."""
     point = {k: auroc(v, pos) for k, v in scores.items()}
-    boots = {k: np.array([weighted_auroc(v, pos, Wb[codes]) for Wb in W]) for k, v in scores.items()}
+    boots = {}
+    for k, v in scores.items():
+        inv = np.unique(v, return_inverse=True)[1]
+        boots[k] = np.array([weighted_auroc(v, pos, Wb[codes], inv) for Wb in W])
     return point, boots
 
 

@@ -138,12 +138,14 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     codes, W = cluster_weights(tb.group_id[rows], s.n_boot, s.seed)
     grpo = advs[f"p={s.ps[0]:g}"]["grpo"][rows]
     g_point = auroc(grpo, pos)
-    g_boot = np.array([weighted_auroc(grpo, pos, Wb[codes]) for Wb in W])
+    g_inv = np.unique(grpo, return_inverse=True)[1]
+    g_boot = np.array([weighted_auroc(grpo, pos, Wb[codes], g_inv) for Wb in W])
     gains, gain_boot = {}, {}
     for name, a in advs.items():
         x = a["g2po"][rows]
         gains[name] = auroc(x, pos) - g_point
-        gain_boot[name] = np.array([weighted_auroc(x, pos, Wb[codes]) for Wb in W]) - g_boot
+        inv = np.unique(x, return_inverse=True)[1]
+        gain_boot[name] = np.array([weighted_auroc(x, pos, Wb[codes], inv) for Wb in W]) - g_boot
         out[f"gain_{name}"] = _est(gain_boot[name], gains[name])
         out[f"merge_rate_{name}"] = Estimate.exact(merge[name])
     sweep = [f"p={p:g}" for p in s.ps]
