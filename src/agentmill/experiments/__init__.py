@@ -43,6 +43,9 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_learning_keydoor",
     "agentmill.experiments.e165_g2po_overhead",
     "agentmill.experiments.e165_g2po_learning_textworld",
+    "agentmill.experiments.e173_progress_exactness",
+    "agentmill.experiments.e173_progress_reward_vs_advantage",
+    "agentmill.experiments.e173_progress_token_telescoping",
 )
 
 _registry: dict[str, Experiment] | None = None
