@@ -28,6 +28,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.autocog",
     "agentmill.cli.serve",
     "agentmill.cli.dspark",
+    "agentmill.cli.envs",
+    "agentmill.cli.g2po",
+    "agentmill.cli.progress",
 )
 
 

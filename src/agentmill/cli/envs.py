@@ -1,0 +1,275 @@
+"""``agentmill envs``: generate TextWorld games and collect rollout groups (agent-credit spec §6.7).
+
+    agentmill envs textworld-games --n 6 --seed 1000 [--world-size 3 --nb-objects 6 --quest-length 3] --out DIR
+    agentmill envs rollout --env keydoor-v0|keydoor-unique-v0|textworld:DIR --policy random|table:PATH|lm:SPEC
+                           [--groups 20 --n 8 --seed 0 --max-steps N] --out rollouts.jsonl
+
+A thin face over ``agentmill.envs`` (``make_games``, ``make``, ``GamePool``, ``collect_groups``): parsing, calls,
+a progress bar and a one-line summary. The rollout file is the spec's ``agentmill.rollout/1`` JSONL (one line per
+trajectory, oracle labels under ``label``). Groups are appended to ``<out>.partial`` as they complete (flushed and
+fsynced) and the file is renamed to ``<out>`` at the end, so ``<out>`` is always complete; after a Ctrl-C the
+completed groups stay in ``<out>.partial``.
+
+``table:PATH`` loads a :class:`~agentmill.envs.policies.SoftmaxTablePolicy` from a JSON file::
+
+    {"schema": "agentmill.table_policy/1",
+     "rows": [{"task_id": "keydoor-r6l2d2t-0", "key": ["-= Workshop =-\\n...", "You are carrying nothing."],
+               "logits": {"take orange key": 2.0}}]}
+
+where ``key`` is the policy's state key: the ``[description, inventory]`` pair (KeyDoor, TextWorld) or the
+whitespace-normalised observation (a string) — ``envs.policies.fields_or_obs_key``. Unlisted logits are 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agentmill.cli.files import existing_file, output_path
+
+ENV_CHOICES = "keydoor-v0 | keydoor-unique-v0 | textworld:DIR"
+TABLE_POLICY_SCHEMA = "agentmill.table_policy/1"
+
+
+def _positive(name: str, v: int) -> int:
+    if v < 1:
+        raise ValueError(f"--{name} must be >= 1, got {v}")
+    return v
+
+
+def _bar(total: int | None, desc: str):
+    from agentmill.cli.main import _progress_bar
+
+    prog = _progress_bar()
+    task = prog.add_task(desc, total=total)
+    prog.start()
+    return prog, task
+
+
+# ---------------------------------------------------------------------------------------------- textworld-games
+def cmd_textworld_games(args: argparse.Namespace) -> int:
+    from agentmill.envs.textworld_env import make_games
+
+    _positive("n", args.n)
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a directory")
+    before = set(out.glob("*.z8")) if out.is_dir() else set()
+    calibrate = None if args.no_calibrate else (args.calibrate_lo, args.calibrate_hi)
+    if calibrate is not None and not 0 <= calibrate[0] <= calibrate[1] <= 1:
+        raise ValueError(f"--calibrate-lo/--calibrate-hi must satisfy 0 <= lo <= hi <= 1, got {calibrate}")
+    # make_games validates its ranges (world size 1-20, objects 0-50, quest length 1-20) and the textworld install
+    # before it creates anything; it copies each kept game into ``out`` as soon as it passes calibration, so the bar
+    # polls the folder (generation runs two tw-make processes in parallel inside make_games).
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["games"] = make_games(out, args.n, seed0=args.seed, world_size=args.world_size,
+                                         nb_objects=args.nb_objects, quest_length=args.quest_length,
+                                         calibrate=calibrate, max_steps=args.max_steps)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            result["error"] = exc
+
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=work, name="make_games", daemon=True)
+    prog, task = _bar(args.n, "TextWorld games (tw-make, calibrated)")
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.5)
+            done = len(set(out.glob("*.z8")) - before) if out.is_dir() else 0
+            prog.update(task, completed=min(done, args.n))
+        if "games" in result:
+            prog.update(task, completed=len(result["games"]))
+    finally:
+        prog.stop()
+    if "error" in result:
+        exc = result["error"]
+        if isinstance(exc, RuntimeError):  # generation failed or too few games passed calibration: not bad input
+            print(f"agentmill: error: {exc}", file=sys.stderr)
+            return 1
+        raise exc
+    games = result["games"]
+    print(json.dumps({"games": [str(g) for g in games], "out": str(out), "calibrate": calibrate,
+                      "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- rollout
+def load_table_policy(path: str | os.PathLike[str]) -> Any:
+    """A ``SoftmaxTablePolicy`` from a ``agentmill.table_policy/1`` JSON file (format in the module docstring)."""
+    from agentmill.envs.policies import SoftmaxTablePolicy
+
+    p = existing_file(path, "--policy table:")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--policy table:{p}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TABLE_POLICY_SCHEMA:
+        raise ValueError(f"--policy table:{p}: expected a JSON object with schema {TABLE_POLICY_SCHEMA!r}")
+    policy = SoftmaxTablePolicy()
+    for n, row in enumerate(doc.get("rows") or []):
+        try:
+            key = row["key"]
+            key = tuple(key) if isinstance(key, list) else key
+            if not (isinstance(key, str) or (isinstance(key, tuple) and all(isinstance(k, str) for k in key))):
+                raise TypeError("key must be a string or a list of strings")
+            logits = {str(a): float(v) for a, v in dict(row["logits"]).items()}
+            if not all(v == v and abs(v) != float("inf") for v in logits.values()):
+                raise ValueError("logits must be finite numbers")
+            policy.table[(str(row["task_id"]), key)] = logits
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"--policy table:{p}: row {n}: {what}") from None
+    return policy
+
+
+def make_policy(spec: str) -> Any:
+    """``random`` | ``table:PATH`` | ``lm:SPEC`` -> a policy with ``act``/``logprob`` (envs.rollout.Policy)."""
+    from agentmill.envs.rollout import RandomPolicy
+
+    if spec == "random":
+        return RandomPolicy()
+    kind, _, arg = spec.partition(":")
+    if kind == "table" and arg:
+        return load_table_policy(arg)
+    if kind == "lm" and arg:
+        try:
+            from agentmill.lm.policy import CandidatePolicy  # spec §6.3; built by the lm layer's owner
+        except ImportError:
+            raise ValueError(f"--policy {spec}: LM policies need agentmill.lm.policy.CandidatePolicy (an LM choosing "
+                             "among the admissible commands, spec §6.3), which is not available yet; use random or "
+                             "table:PATH") from None
+        from agentmill.lm import load_lm
+
+        return CandidatePolicy(load_lm(arg))
+    raise ValueError(f"--policy must be random, table:PATH or lm:SPEC, got {spec!r}")
+
+
+def env_tasks(env: str, groups: int, seed: int, max_steps: int | None, calibrate: bool) -> tuple[Any, list[Any], str]:
+    """(task -> env factory, one task per group, the env name recorded in the file)."""
+    from agentmill.envs.base import make
+
+    if env in ("keydoor-v0", "keydoor-unique-v0"):
+        from agentmill.envs.keydoor import KeyDoorConfig, layouts
+
+        cfg = KeyDoorConfig() if max_steps is None else KeyDoorConfig(max_steps=max_steps)
+        # one calibrated layout per group (random-policy success in [0.05, 0.5] under this config, spec §6.2),
+        # from seeds seed, seed+1, ...
+        try:
+            tasks = layouts(groups, seed, calibrate=(0.05, 0.5) if calibrate else None, config=cfg)
+        except RuntimeError as exc:  # no layout in the interval under this config (e.g. a tiny --max-steps)
+            raise ValueError(f"{exc}; or pass --no-calibrate") from None
+        return (lambda lay: make(env, layout=lay, config=cfg)), tasks, env
+    kind, _, arg = env.partition(":")
+    if kind == "textworld" and arg:
+        from agentmill.envs.textworld_env import GamePool
+
+        folder = Path(arg)
+        if not folder.is_dir():
+            raise ValueError(f"--env textworld:{arg}: no such directory")
+        try:
+            pool = GamePool(folder, max_steps=max_steps or 40)
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        # groups cycle over the sorted games; a game listed twice gives two groups with different rollout seeds
+        return pool, [pool.tasks[k % len(pool)] for k in range(groups)], f"textworld:{folder}"
+    raise ValueError(f"--env must be one of {ENV_CHOICES}, got {env!r}")
+
+
+class _Counted:
+    """Forwards a TextEnv and ticks the progress bar when the collector closes it (once per completed group)."""
+
+    def __init__(self, env: Any, tick: Any) -> None:
+        self._env, self._tick = env, tick
+
+    def reset(self, **kw: Any) -> Any:
+        return self._env.reset(**kw)
+
+    def step(self, action: str) -> Any:
+        return self._env.step(action)
+
+    def close(self) -> None:
+        self._env.close()
+        self._tick()
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from agentmill import __version__
+    from agentmill.envs.rollout import collect_groups
+    from agentmill.experiments.runner import git_commit
+
+    _positive("groups", args.groups)
+    _positive("n", args.n)
+    if args.max_steps is not None:
+        _positive("max-steps", args.max_steps)
+    out = output_path(args.out, "--out")
+    policy = make_policy(args.policy)
+    factory, tasks, env_name = env_tasks(args.env, args.groups, args.seed, args.max_steps, not args.no_calibrate)
+    partial = out.with_name(out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if partial.exists():
+        partial.unlink()  # a stale partial of an earlier interrupted run: never append to it
+    meta = {"policy": args.policy, "agentmill": __version__, "git": git_commit(), "group_size": args.n,
+            "max_steps": args.max_steps}
+    t0 = time.perf_counter()
+    prog, task = _bar(len(tasks), f"rollout groups ({env_name}, N={args.n})")
+    try:
+        steps, labels, _ = collect_groups(lambda t: _Counted(factory(t), lambda: prog.advance(task)), policy, tasks,
+                                          group_size=args.n, seed=args.seed, out=partial,
+                                          env_name=env_name, meta=meta)
+    except KeyboardInterrupt:
+        prog.stop()
+        if partial.exists():
+            print(f"agentmill: completed groups kept in {partial}", file=sys.stderr)
+        raise
+    except BaseException:
+        prog.stop()
+        if partial.exists():
+            partial.unlink()
+        raise
+    prog.stop()
+    os.replace(partial, out)
+    known = labels.progress >= 0
+    print(json.dumps({"out": str(out), "env": env_name, "policy": args.policy, "groups": steps.n_groups,
+                      "trajectories": steps.n_trajectories, "steps": len(steps),
+                      "success_rate": round(float(steps.success[steps.traj_starts].mean()), 4),
+                      "progress_labelled_steps": int(known.sum()), "seconds": round(time.perf_counter() - t0, 2)},
+                     indent=1))
+    return 0
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("envs", help="text environments: generate TextWorld games, collect rollout groups")
+    es = sp.add_subparsers(dest="envs_cmd", required=True)
+    g = es.add_parser("textworld-games", help="generate calibrated TextWorld games offline with tw-make")
+    g.add_argument("--n", type=int, required=True, help="games to keep")
+    g.add_argument("--seed", type=int, default=1000, help="first tw-make seed (then seed+1, ...)")
+    g.add_argument("--world-size", type=int, default=3, help="rooms (1-20)")
+    g.add_argument("--nb-objects", type=int, default=6, help="objects (0-50)")
+    g.add_argument("--quest-length", type=int, default=3, help="quest length (1-20)")
+    g.add_argument("--max-steps", type=int, default=40, help="episode length of the calibration runs")
+    g.add_argument("--calibrate-lo", type=float, default=0.05, help="keep games whose random-policy success ...")
+    g.add_argument("--calibrate-hi", type=float, default=0.6, help="... over 16 episodes lies in [lo, hi]")
+    g.add_argument("--no-calibrate", action="store_true", help="keep every generated game")
+    g.add_argument("--out", required=True, help="folder receiving tw_<seed>.z8 + .json")
+    g.set_defaults(fn=cmd_textworld_games)
+    r = es.add_parser("rollout", help="collect groups of rollouts into an agentmill.rollout/1 JSONL file")
+    r.add_argument("--env", required=True, help=ENV_CHOICES)
+    r.add_argument("--policy", default="random", help="random | table:PATH | lm:SPEC")
+    r.add_argument("--groups", type=int, default=20, help="groups (one task each: a KeyDoor layout or a game)")
+    r.add_argument("--n", type=int, default=8, help="rollouts per group (GiGPO's N = 8)")
+    r.add_argument("--seed", type=int, default=0, help="seeds the KeyDoor layouts and every rollout")
+    r.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's, 30 for KeyDoor, 40 for TextWorld)")
+    r.add_argument("--no-calibrate", action="store_true", help="KeyDoor: keep uncalibrated layouts")
+    r.add_argument("--out", required=True, help="rollouts JSONL")
+    r.set_defaults(fn=cmd_rollout)

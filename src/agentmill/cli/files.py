@@ -1,0 +1,101 @@
+"""Input and output files of the credit-assignment commands (``agentmill envs|g2po|progress``).
+
+Inputs are checked before any work, and every problem becomes one ``ValueError`` line (the CLI exits 2). Outputs
+are never torn: a file is written to a hidden temporary name in the target's folder, flushed, fsynced and renamed
+over the target (the same discipline as ``agentmill.core.records.write_json_atomic``), so a crash or a Ctrl-C
+leaves either the previous file or the complete new one, and bad input leaves nothing at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def existing_file(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a Path if it is a readable regular file; else a one-line ``ValueError`` naming ``what``."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{what}: no such file: {p}")
+    if not p.is_file():
+        raise ValueError(f"{what}: not a regular file: {p}")
+    return p
+
+
+def output_path(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a Path whose folder exists (or can be created); refuses an existing directory."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{what}: {p} is a directory, not a file")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success fsync it and rename it over ``path``, on any error
+    remove it. For writers that want a file name (``StepTable.to_jsonl``, ``collect_groups(out=...)``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; the output is an ordinary file of the user's
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
+    with atomic_target(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_jsonl_atomic(path: Path, records: Iterable[Any]) -> Path:
+    """Write one JSON object per line to ``path`` atomically."""
+    return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def read_rollouts(path: str | os.PathLike[str]) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Read an ``agentmill.rollout/1`` JSONL file: (StepTable, LabelTable or None, the raw records).
+
+    Every structural problem — not JSON, another schema, a missing field, a table the validator refuses (empty,
+    non-contiguous ``t``, NaN rewards, ...) — becomes one ``ValueError`` naming the file.
+    """
+    from agentmill.core.types import StepTable
+
+    p = existing_file(path, "--in")
+    records: list[dict[str, Any]] = []
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{p}:{n}: expected a JSON object per line")
+            records.append(rec)
+    if not records:
+        raise ValueError(f"{p}: no rollouts (empty file)")
+    try:
+        table, labels = StepTable.from_records(records)
+    except KeyError as exc:
+        raise ValueError(f"{p}: a rollout record lacks the field {exc.args[0]!r} (schema agentmill.rollout/1)"
+                         ) from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{p}: {exc}") from None
+    return table, labels, records
