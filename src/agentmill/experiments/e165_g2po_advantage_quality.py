@@ -152,10 +152,10 @@ def shuffled_key_table(table: StepTable, key_fn: StateKeyFn, rng: np.random.Gene
     (a permutation within the group, so every node keeps its visit count); final observations keep their own
     key. Score it with ``ExactKey(normalize_ws=False)``."""
     keys = np.array([repr(key_fn(o, i)) for o, i in zip(table.obs, table.info)], dtype=object)
-    gi = table.group_index
+    order = np.argsort(table.group_index, kind="stable")  # rows of each group together, in row order
+    bounds = np.flatnonzero(np.diff(table.group_index[order])) + 1
     new = keys.copy()
-    for g in range(int(gi.max()) + 1):
-        rows = np.flatnonzero(gi == g)
+    for rows in np.split(order, bounds):
         new[rows] = keys[rows[rng.permutation(rows.size)]]
     last = table.is_last
     nxt = np.empty(len(table), dtype=object)
