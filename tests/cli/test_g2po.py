@@ -142,8 +142,8 @@ def test_bad_rollout_files(tmp_path, capsys):
     cases = {"missing.jsonl": None, "notjson.jsonl": "{oops\n", "empty.jsonl": "",
              "schema.jsonl": json.dumps({"schema": "other/1", "steps": []}) + "\n",
              "nosteps.jsonl": json.dumps({"schema": "agentmill.rollout/1", "group_id": "g", "traj_id": "a"}) + "\n",
-             "nan.jsonl": json.dumps({"schema": "agentmill.rollout/1", "group_id": "g", "traj_id": "a", "success": False,
-                                      "end": "terminated", "final_obs": "x",
+             "nan.jsonl": json.dumps({"schema": "agentmill.rollout/1", "group_id": "g", "traj_id": "a",
+                                      "success": False, "end": "terminated", "final_obs": "x",
                                       "steps": [{"t": 0, "obs": "o", "action": "a", "reward": float("nan")}]}) + "\n"}
     for name, text in cases.items():
         if text is not None:

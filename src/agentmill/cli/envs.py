@@ -269,7 +269,8 @@ def register(sub) -> None:
     r.add_argument("--groups", type=int, default=20, help="groups (one task each: a KeyDoor layout or a game)")
     r.add_argument("--n", type=int, default=8, help="rollouts per group (GiGPO's N = 8)")
     r.add_argument("--seed", type=int, default=0, help="seeds the KeyDoor layouts and every rollout")
-    r.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: the env's, 30 for KeyDoor, 40 for TextWorld)")
+    r.add_argument("--max-steps", type=int, default=None,
+                   help="episode step limit (default: the env's own, 30 for KeyDoor, 40 for TextWorld)")
     r.add_argument("--no-calibrate", action="store_true", help="KeyDoor: keep uncalibrated layouts")
     r.add_argument("--out", required=True, help="rollouts JSONL")
     r.set_defaults(fn=cmd_rollout)

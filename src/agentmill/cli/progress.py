@@ -4,7 +4,8 @@
                              [--beta 1 --token-agg sum --step-agg sum --action-space free_text] --out scores.json
     agentmill progress bon --in scores.json --rollouts rollouts.jsonl [--step-agg sum]
     agentmill progress auroc --in scores.json --rollouts rollouts.jsonl [--step-agg sum]
-    agentmill progress attribute --in scores.json --rollouts rollouts.jsonl [--method min_cumulative] [--out picks.jsonl]
+    agentmill progress attribute --in scores.json --rollouts rollouts.jsonl [--method min_cumulative]
+                                 [--out picks.jsonl]
 
 A SPEC is any lm-layer model spec (``hf:DIR``, ``tiny:DIR``, ``tiny:new?seed=1``, ``scripted:whitebox``), or
 ``hf:BASE+adapter=DIR`` for a LoRA policy scored against its own base (``--reference hf:BASE``): one copy of the
