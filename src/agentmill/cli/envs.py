@@ -18,6 +18,10 @@ completed groups stay in ``<out>.partial``.
 
 where ``key`` is the policy's state key: the ``[description, inventory]`` pair (KeyDoor, TextWorld) or the
 whitespace-normalised observation (a string) — ``envs.policies.fields_or_obs_key``. Unlisted logits are 0.
+
+``lm:SPEC`` is ``agentmill.lm.policy.CandidatePolicy`` over the white-box model SPEC (``hf:smollm2``,
+``tiny:DIR``, ``scripted:whitebox``) with its default command prompt and temperature 1: the LM chooses among the
+admissible commands, π(a|s) = softmax of the candidates' summed log-probs (spec §6.3).
 """
 
 from __future__ import annotations
@@ -151,7 +155,10 @@ def make_policy(spec: str) -> Any:
                              "table:PATH") from None
         from agentmill.lm import load_lm
 
-        return CandidatePolicy(load_lm(arg))
+        try:
+            return CandidatePolicy(load_lm(arg))
+        except TypeError as exc:  # e.g. a black-box model: candidates are scored through forward()
+            raise ValueError(f"--policy {spec}: {exc}") from None
     raise ValueError(f"--policy must be random, table:PATH or lm:SPEC, got {spec!r}")
 
 

@@ -94,8 +94,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 scores += scorer.score_many(chunk, batch_size=args.batch_size)
-            # per-chunk "all scores equal" warnings are re-judged over the whole file below
-            seen.update(str(w.message) for w in caught if "step scores equal" not in str(w.message))
+            # per-chunk "all scores equal" warnings are re-judged over the whole file below; third-party
+            # deprecation notices (transformers) are not the user's business here
+            seen.update(str(w.message) for w in caught if "step scores equal" not in str(w.message)
+                        and not issubclass(w.category, (DeprecationWarning, FutureWarning)))
             prog.advance(task, len(chunk))
     finally:
         prog.stop()
