@@ -46,6 +46,8 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e173_progress_exactness",
     "agentmill.experiments.e173_progress_reward_vs_advantage",
     "agentmill.experiments.e173_progress_token_telescoping",
+    "agentmill.experiments.e173_progress_keydoor_grader",
+    "agentmill.experiments.e173_progress_fluency_control",
 )
 
 _registry: dict[str, Experiment] | None = None
