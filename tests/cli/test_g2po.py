@@ -145,6 +145,9 @@ def test_bad_rollout_files(tmp_path, capsys):
              "nan.jsonl": json.dumps({"schema": "agentmill.rollout/1", "group_id": "g", "traj_id": "a",
                                       "success": False, "end": "terminated", "final_obs": "x",
                                       "steps": [{"t": 0, "obs": "o", "action": "a", "reward": float("nan")}]}) + "\n"}
+    good = {"schema": "agentmill.rollout/1", "group_id": "g", "traj_id": "a", "success": False, "final_obs": "x"}
+    cases["end.jsonl"] = json.dumps({**good, "end": "exploded", "steps": []}) + "\n"
+    cases["step.jsonl"] = json.dumps({**good, "end": "truncated", "steps": [{"t": 0, "obs": "o"}]}) + "\n"
     for name, text in cases.items():
         if text is not None:
             (bad / name).write_text(text)
@@ -154,5 +157,7 @@ def test_bad_rollout_files(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == len(cases) and all(line.startswith("agentmill: error:") for line in err)
     assert "no such file" in err[0] and "not JSON" in err[1] and "empty file" in err[2] and "schema" in err[3]
-    assert "lacks the field 'steps'" in err[4] and "non-finite reward" in err[5]
+    assert "nosteps.jsonl:1: the rollout record lacks ['success', 'end', 'steps']" in err[4]
+    assert "non-finite reward" in err[5] and "end must be 'terminated' or 'truncated'" in err[6]
+    assert "steps must be a list of objects with ['t', 'obs', 'action', 'reward']" in err[7]
     assert not (tmp_path / "o.jsonl").exists()

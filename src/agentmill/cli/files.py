@@ -16,6 +16,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+ROLLOUT_FIELDS = ("group_id", "traj_id", "success", "end", "steps")
+"""Trajectory fields every ``agentmill.rollout/1`` line needs to become StepTable rows (spec §6.7)."""
+STEP_FIELDS = ("t", "obs", "action", "reward")
+"""Fields every step of a rollout line needs."""
+
 
 def existing_file(path: str | os.PathLike[str], what: str) -> Path:
     """``path`` as a Path if it is a readable regular file; else a one-line ``ValueError`` naming ``what``."""
@@ -88,6 +93,15 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[Any, Any, list[dict[str
                 raise ValueError(f"{p}:{n}: not JSON ({exc.msg})") from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{p}:{n}: expected a JSON object per line")
+            missing = [k for k in ROLLOUT_FIELDS if k not in rec]
+            if rec.get("schema") == "agentmill.rollout/1" and missing:
+                raise ValueError(f"{p}:{n}: the rollout record lacks {missing} (schema agentmill.rollout/1)")
+            if rec.get("end") not in (None, "terminated", "truncated"):
+                raise ValueError(f"{p}:{n}: end must be 'terminated' or 'truncated', got {rec['end']!r}")
+            steps = rec.get("steps")
+            if not isinstance(steps, list) or any(not isinstance(s, dict) or [k for k in STEP_FIELDS if k not in s]
+                                                   for s in steps):
+                raise ValueError(f"{p}:{n}: steps must be a list of objects with {list(STEP_FIELDS)}")
             records.append(rec)
     if not records:
         raise ValueError(f"{p}: no rollouts (empty file)")
