@@ -69,7 +69,7 @@ def test_rollout_with_a_table_policy_follows_its_logits(tmp_path):
     (["--env", "keydoor-v0", "--groups", "-1"], "--groups must be >= 1"),
     (["--env", "keydoor-v0", "--policy", "greedy"], "--policy must be random, table:PATH or lm:SPEC"),
     (["--env", "keydoor-v0", "--policy", "table:/nonexistent/p.json"], "no such file"),
-    (["--env", "keydoor-v0", "--max-steps", "2"], "--no-calibrate"),
+    (["--env", "keydoor-v0", "--groups", "1", "--max-steps", "1"], "--no-calibrate"),
     (["--env", "textworld:/nonexistent/games"], "no such directory"),
 ])
 def test_rollout_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, needle):
@@ -95,11 +95,38 @@ def test_bad_table_policy_file_is_one_line(tmp_path, capsys):
 
 
 def test_lm_policy_without_candidate_policy_says_so(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "agentmill.lm.policy", None)  # as long as lm has no CandidatePolicy
+    monkeypatch.setitem(sys.modules, "agentmill.lm.policy", None)  # an lm layer without CandidatePolicy
     assert main(["envs", "rollout", "--env", "keydoor-v0", "--policy", "lm:hf:smollm2",
                  "--out", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "CandidatePolicy" in err and "not available yet" in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_lm_policy_rollouts_equal_the_library(tmp_path):
+    """lm:SPEC is lm.policy.CandidatePolicy over the white-box model: same actions as calling it directly."""
+    from agentmill.envs.keydoor import KeyDoorConfig
+    from agentmill.lm import load_lm
+    from agentmill.lm.policy import CandidatePolicy
+
+    spec = "tiny:new?max_len=1024"
+    out = tmp_path / "r.jsonl"
+    assert main(["envs", "rollout", "--env", "keydoor-v0", "--policy", f"lm:{spec}", "--groups", "1", "--n", "2",
+                 "--max-steps", "3", "--no-calibrate", "--seed", "3", "--out", str(out)]) == 0
+    cfg = KeyDoorConfig(max_steps=3)
+    ref, _, _ = collect_groups(lambda lay: make("keydoor-v0", layout=lay, config=cfg), CandidatePolicy(load_lm(spec)),
+                               layouts(1, 3, calibrate=None, config=cfg), group_size=2, seed=3)
+    got, _ = StepTable.from_jsonl(str(out))
+    assert got.equals(ref) and all(a in c for a, c in zip(got.action, got.candidates))
+    assert _lines(out)[0]["meta"]["policy"] == f"lm:{spec}"
+
+
+def test_lm_policy_needs_a_white_box(tmp_path, capsys):
+    assert main(["envs", "rollout", "--env", "keydoor-v0", "--policy", "lm:scripted:echo",
+                 "--out", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "needs a WhiteBoxLM" in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
 
