@@ -112,13 +112,14 @@ def cmd_score(args: argparse.Namespace) -> int:
     write_scores(out, [(k, sc) for (k, _), sc in zip(keyed, scores)], identity)
     from agentmill.methods.progress_advantage.core import aggregate_steps
 
-    traj = [aggregate_steps(sc.A, cfg.step_agg) for sc in scores]
+    traj = np.array([aggregate_steps(sc.A, cfg.step_agg) for sc in scores])
+    scored = traj[~np.isnan(traj)]
     print(json.dumps({"out": str(out), "identity": identity, "trajectories": len(scores),
                       "steps": int(sum(len(sc) for sc in scores)),
                       "missing_steps": int(sum(sc.n_missing for sc in scores)),
+                      "unscored_trajectories": int(traj.size - scored.size),
                       "truncated_left": int(sum(sc.n_truncated_left for sc in scores)),
-                      f"mean_trajectory_score_{cfg.step_agg}": _num(float(np.nanmean(traj)) if traj and not
-                                                                    all(math.isnan(x) for x in traj) else math.nan)},
+                      f"mean_trajectory_score_{cfg.step_agg}": float(scored.mean()) if scored.size else None},
                      indent=1))
     return 0
 
