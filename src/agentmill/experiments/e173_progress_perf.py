@@ -1,0 +1,280 @@
+"""E173 performance targets (spec agent-credit.md §8), measured side by side in one run.
+
+- **PERF-5** progress scoring with one forward pass per model per episode vs per-step prefix re-scoring (T
+  passes per model), T = 10 KeyDoor steps rendered with SmolLM2's chat template, pair = ``HFPair`` (SmolLM2 + a
+  LoRA whose B was perturbed, so policy ≠ reference). Targets: ≥ 4× faster; and the one-pass time within 1.5× of
+  2 × tokens / prefill rate (the prefill rate measured here, on the same model, in the same run).
+- **PERF-6** ``HFPair`` with adapter toggling vs two loaded copies (the policy copy carrying the same saved
+  adapter): resident memory ≤ 0.6× (parameter bytes of the distinct tensors held; process RSS growth reported
+  too), step scores equal to 1e-6.
+- **PERF-8** ``soft_value_iteration`` on a random 20 × 4 MDP to tol 1e-13: < 50 ms (median over repeats).
+
+Timing estimates: the value is the median over ``repeats`` runs and the interval is [min, max] over them (a
+range, not a confidence interval; the judge still needs the whole range on the right side). Absolute times are
+reported next to each ratio (spec §8). The smoke profile swaps SmolLM2 for canned token scorers (no model load; its
+ratios mean nothing) and skips PERF-6. Run with ``OPENBLAS_NUM_THREADS=1`` on a shared 2-core machine: small
+LAPACK solves slow down 100× when OpenBLAS threads compete with other processes.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentmill.core.stats import Estimate
+from agentmill.core.tabular_mdp import random_mdp, soft_value_iteration
+from agentmill.experiments.e173_progress_exactness import PAPER
+from agentmill.experiments.protocol import Claim, Experiment, RunContext
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: str = "smollm2"
+    """Base model of the pair (the part after ``hf:``), or ``scripted`` for canned scorers (smoke)."""
+    n_episodes: int = 4
+    """KeyDoor episodes scored per repeat."""
+    steps: int = 10
+    """Steps per episode (spec §8 PERF-5: T = 10)."""
+    repeats: int = 3
+    """Timing repeats (median, [min, max])."""
+    lora_noise: float = 0.05
+    """Std of the Gaussian added to LoRA B so the policy differs from the reference."""
+    perf6: bool = True
+    """Measure PERF-6 (loads the model twice more)."""
+    vi_repeats: int = 20
+    """Soft value iteration repeats for PERF-8."""
+    seed: int = 0
+    """Episode and MDP seed."""
+
+
+SETUPS = {
+    "smoke": Setup(model="scripted", n_episodes=2, repeats=2, perf6=False, vi_repeats=3),
+    "quick": Setup(),
+    "full": Setup(n_episodes=8, repeats=5, vi_repeats=50),
+}
+
+CLAIMS = (
+    Claim("PERF-5a", "One forward pass per model per episode scores T = 10 steps ≥ 4× faster than per-step prefix "
+          "re-scoring.", "spec §8 PERF-5", "— (official pa/scoring.py scores one pass per message list)",
+          "perf5_speedup", ">=", 4.0),
+    Claim("PERF-5b", "The one-pass time is within 1.5× of 2 × tokens / prefill rate.", "spec §8 PERF-5", "—",
+          "perf5_time_over_prefill_bound", "<=", 1.5),
+    Claim("PERF-6a", "HFPair with adapter toggling holds ≤ 0.6× the parameter memory of two loaded copies.",
+          "spec §8 PERF-6", "—", "perf6_memory_ratio", "<=", 0.6, judge_on="point"),
+    Claim("PERF-6b", "Both pairs give the same step scores (max abs diff ≤ 1e-6).", "spec §8 PERF-6", "—",
+          "perf6_max_score_diff", "<=", 1e-6, judge_on="point"),
+    Claim("PERF-8", "Soft value iteration on a 20 × 4 MDP to 1e-13 takes < 50 ms.", "spec §8 PERF-8", "—",
+          "perf8_vi_ms", "<=", 50.0),
+)
+
+
+def _range(xs: list[float]) -> Estimate:
+    return Estimate(float(statistics.median(xs)), float(min(xs)), float(max(xs)), n=len(xs),
+                    method="median, [min, max] over repeats")
+
+
+def _rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return math.nan
+
+
+def _param_bytes(*models: Any) -> int:
+    """Bytes of the distinct tensors (parameters and buffers) the models hold; shared storage counted once."""
+    seen, total = set(), 0
+    for m in models:
+        for t in list(m.parameters()) + list(m.buffers()):
+            key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += key[1]
+    return total
+
+
+def keydoor_texts(n: int, steps: int, seed: int) -> list[tuple[list[str], list[str]]]:
+    """``n`` uniform-random KeyDoor episodes of exactly ``steps`` steps (observations, actions)."""
+    from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv
+
+    cfg = KeyDoorConfig(max_steps=steps, trap=False)
+    env = KeyDoorEnv(config=cfg, layout_seed=seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(n):
+        obs, info = env.reset(seed=seed + e)
+        os_, as_ = [], []
+        for _ in range(steps):
+            cmds = [c for c in info["admissible_commands"] if c != "open chest"] or info["admissible_commands"]
+            a = cmds[int(rng.integers(len(cmds)))]
+            os_.append(obs)
+            as_.append(a)
+            obs, _, term, trunc, info = env.step(a)
+            if term or trunc:
+                break
+        out.append((os_, as_))
+    return out
+
+
+def _scripted_pair(s: Setup) -> tuple[Any, Any, list[Any]]:
+    """Canned token scorers over a small vocabulary (smoke): episodes of state/action words."""
+    from agentmill.methods.progress_advantage.exactness import tabular_pair_lms
+    from agentmill.methods.progress_advantage.scorer import Episode
+
+    mdp, ref = random_mdp(seed=s.seed)
+    Q, V, pi = soft_value_iteration(mdp, ref, 1.0)
+    pol, rf = tabular_pair_lms(pi, ref)
+    rng = np.random.default_rng(s.seed)
+    eps = []
+    for _ in range(s.n_episodes):
+        segs, flags = [], []
+        for _t in range(s.steps):
+            segs += [(1 + int(rng.integers(mdp.n_states)),), (1 + mdp.n_states + int(rng.integers(4)),)]
+            flags += [False, True]
+        eps.append(Episode(tuple(segs), tuple(flags)))
+    return pol, rf, eps
+
+
+def _time_scoring(scorer: Any, eps: list[Any], repeats: int) -> tuple[list[float], list[float], float, list]:
+    scorer.score_many(eps[:1], batch_size=1, _warn=False)  # warm-up
+    scorer.step_scores_prefix_rescoring(eps[0])
+    one, pre = [], []
+    diff = 0.0
+    scores = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        scores = scorer.score_many(eps, batch_size=1, _warn=False)
+        one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        slow = [scorer.step_scores_prefix_rescoring(ep) for ep in eps]
+        pre.append(time.perf_counter() - t0)
+        diff = max(diff, max(float(np.nanmax(np.abs(a.A - b))) for a, b in zip(scores, slow)))
+    return one, pre, diff, scores
+
+
+def _prefill_rate(lm: Any, n_tokens: int, repeats: int) -> float:
+    """Tokens/s of one forward pass over an ``n_tokens`` sequence on the reference view (adapter off)."""
+    from agentmill.lm.scoring import score_segments
+
+    ids = list(lm.encode("You are in the kitchen. Exits: north, east. " * 200))[:n_tokens]
+    score_segments(lm, [ids])
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        score_segments(lm, [ids])
+        ts.append(time.perf_counter() - t0)
+    return n_tokens / statistics.median(ts)
+
+
+def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    from agentmill.methods.progress_advantage import PAConfig, ProgressAdvantageScorer
+
+    out: dict[str, Estimate] = {}
+    data: dict[str, Any] = {"machine": f"{platform.machine()} {platform.processor()} {platform.node()}",
+                            "python": platform.python_version()}
+    # ---- PERF-8 (first: no model in memory)
+    mdp, ref = random_mdp(20, 4, seed=s.seed)
+    soft_value_iteration(mdp, ref, 1.0)
+    vi = []
+    for _ in range(s.vi_repeats):
+        t0 = time.perf_counter()
+        soft_value_iteration(mdp, ref, 1.0, tol=1e-13)
+        vi.append(1e3 * (time.perf_counter() - t0))
+    out["perf8_vi_ms"] = _range(vi)
+    # ---- PERF-5
+    ctx.progress("PERF-5 load", 0, 3)
+    pair = saved = None
+    if s.model == "scripted":
+        pol, rf, eps = _scripted_pair(s)
+        n_tok = sum(sum(len(x) for x in ep.segments) for ep in eps)
+        rate = math.nan
+    else:
+        import torch
+
+        from agentmill.lm.pair import HFPair
+        from agentmill.methods.progress_advantage import chat_episode
+
+        rss0 = _rss_mb()
+        pair = HFPair(s.model, adapter="new")
+        rss1 = _rss_mb()
+        with torch.no_grad():
+            gen = torch.Generator().manual_seed(s.seed)
+            for name, p in pair.peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(s.lora_noise * torch.randn(p.shape, generator=gen))
+        pol, rf = pair.policy, pair.reference
+        eps = [chat_episode(pol, o, a) for o, a in keydoor_texts(s.n_episodes, s.steps, s.seed)]
+        n_tok = sum(len(ids) for ids in (pol.encode("".join(x if isinstance(x, str) else "" for x in ep.segments))
+                                         for ep in eps))
+        rate = _prefill_rate(rf, 512, s.repeats)
+        data["rss_mb_adapter_pair"] = rss1 - rss0
+        out["perf6_param_mb_adapter_pair"] = Estimate.exact(_param_bytes(pair.peft_model) / 2**20)
+        if s.perf6:
+            saved = pair.save_adapter(ctx.work_dir / "perf6_adapter")
+    scorer = ProgressAdvantageScorer(pol, rf, PAConfig())
+    ctx.progress("PERF-5 timing", 1, 3)
+    one, pre, diff, scores_a = _time_scoring(scorer, eps, s.repeats)
+    out["perf5_onepass_s"] = _range(one)
+    out["perf5_prefix_s"] = _range(pre)
+    out["perf5_speedup"] = _range([p / o for p, o in zip(pre, one)])
+    out["perf5_max_abs_diff_onepass_vs_prefix"] = Estimate.exact(diff)
+    out["perf5_tokens"] = Estimate.exact(n_tok)
+    out["perf5_prefill_tok_per_s"] = Estimate.exact(rate)
+    bound = 2 * n_tok / rate if rate == rate else math.nan
+    out["perf5_prefill_bound_s"] = Estimate.exact(bound)
+    out["perf5_time_over_prefill_bound"] = (_range([o / bound for o in one]) if bound == bound
+                                            else Estimate.exact(math.nan))
+    # ---- PERF-6
+    if pair is not None and saved is not None:
+        ctx.progress("PERF-6 two copies", 2, 3)
+        import peft
+
+        from agentmill.lm.pair import HFPair
+
+        mem_a = _param_bytes(pair.peft_model)
+        del scorer, pol, rf, pair
+        gc.collect()
+        rss0 = _rss_mb()
+        two = HFPair(s.model, adapter=None, second_model=s.model)
+        pm = peft.PeftModel.from_pretrained(two.policy.model, str(saved))
+        pm.eval()
+        two.policy.model = pm
+        rss1 = _rss_mb()
+        data["rss_mb_two_copies"] = rss1 - rss0
+        mem_b = _param_bytes(pm, two.reference.model)
+        scores_b = ProgressAdvantageScorer(two.policy, two.reference, PAConfig()).score_many(eps, batch_size=1,
+                                                                                              _warn=False)
+        out["perf6_param_mb_two_copies"] = Estimate.exact(mem_b / 2**20)
+        out["perf6_memory_ratio"] = Estimate.exact(mem_a / mem_b)
+        rss_a, rss_b = data["rss_mb_adapter_pair"], data["rss_mb_two_copies"]
+        out["perf6_rss_ratio"] = Estimate.exact(rss_a / rss_b if rss_b > 0 else math.nan)
+        out["perf6_max_score_diff"] = Estimate.exact(max(float(np.nanmax(np.abs(a.A - b.A)))
+                                                         for a, b in zip(scores_a, scores_b)))
+        del two, pm
+        gc.collect()
+    ctx.data["perf"] = data | {"onepass_s": one, "prefix_s": pre, "vi_ms": vi}
+    return out
+
+
+EXPERIMENT = Experiment(
+    id="e173.progress_perf",
+    title="E173 performance: one-pass scoring (PERF-5), HFPair memory (PERF-6), soft VI speed (PERF-8)",
+    paper=PAPER,
+    claims=CLAIMS,
+    setups=SETUPS,
+    measure=measure,
+    scale_note="SmolLM2-135M fp32 on 2 shared CPU cores (other jobs running), LoRA r = 8 on q/v with perturbed B; "
+               "4 (quick) / 8 (full) random KeyDoor episodes of 10 steps in the chat template. Engineering targets "
+               "of the spec, not paper numbers. Timings are medians with [min, max] over repeats.",
+    requires=frozenset({"hf", "peft"}),
+)

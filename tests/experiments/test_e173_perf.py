@@ -1,0 +1,17 @@
+"""E173 performance experiment: the smoke profile (canned scorers, no model load) through the CLI's runner."""
+
+from __future__ import annotations
+
+from agentmill.experiments import get
+from agentmill.experiments.runner import run_experiment
+
+
+def test_perf_smoke(tmp_path) -> None:
+    exp = get("e173.progress_perf")
+    rec = run_experiment(exp, profile="smoke", runs_dir=tmp_path, raise_errors=True)
+    assert rec.status == "ok" and set(rec.verdicts.values()) == {"not_judged"}
+    m = rec.metrics
+    assert m["perf5_max_abs_diff_onepass_vs_prefix"].value < 1e-10  # both designs give the same scores
+    assert m["perf5_onepass_s"].value > 0 and m["perf5_prefix_s"].value > 0
+    assert m["perf8_vi_ms"].lo <= m["perf8_vi_ms"].value <= m["perf8_vi_ms"].hi
+    assert "perf6_memory_ratio" not in m  # PERF-6 needs the real model; skipped in smoke
