@@ -48,6 +48,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e173_progress_token_telescoping",
     "agentmill.experiments.e173_progress_keydoor_grader",
     "agentmill.experiments.e173_progress_fluency_control",
+    "agentmill.experiments.e173_progress_perf",
 )
 
 _registry: dict[str, Experiment] | None = None
