@@ -222,6 +222,27 @@ def test_distill_step_fits_a_target_distribution():
         pol.distill_step([(OBS, INFO, None, np.array([0.5, 0.5]))])
 
 
+def test_lm_arm_loop_rollouts_advantages_update():
+    """The LM arm of g2po.train_compare in miniature: collect_groups drives the trainable policy, per-row
+    advantages come from the table (here the group-centred return, GRPO's mean form), pg_update consumes them."""
+    from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, layouts
+    from agentmill.envs.rollout import collect_groups
+
+    cfg = KeyDoorConfig(n_rooms=3, n_locks=1, n_distractors=1)
+    lays = layouts(1, seed=0, calibrate=None, config=cfg)
+    pol = _trainable(lr=1e-3)
+    table, _, _ = collect_groups(lambda lay: KeyDoorEnv(lay, cfg), pol, lays, group_size=3, max_steps=4, seed=1)
+    ret = np.array([table.reward[table.traj_index == k].sum() for k in range(table.n_trajectories)])
+    adv = (ret - ret.mean())[table.traj_index] + np.linspace(-1, 1, len(table))  # any non-zero per-row signal
+    w0 = [p.detach().clone() for p in pol.parameters]
+    row = 0
+    before = pol.logprob(table.obs[row], table.info[row], table.action[row])
+    diag = pol.pg_update(table, adv, normalize="trajectories")
+    assert diag["rows"] == len(table) and diag["grad_norm"] > 0
+    assert any(float((p.detach() - q).abs().max()) > 0 for p, q in zip(pol.parameters, w0))
+    assert pol.logprob(table.obs[row], table.info[row], table.action[row]) != before
+
+
 def test_benchmark_reports_agreeing_paths_on_a_fake():
     pol = CandidatePolicy(_tiny(), SHORT)
     ids, cids, eot, desc = benchmark_case(pol, [(OBS, INFO)], max_prompt_tokens=1024, max_candidates=3)
