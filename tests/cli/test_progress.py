@@ -199,4 +199,4 @@ def test_analysis_bad_input(hand, tmp_path, capsys):
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (argv, err)
     assert main(["progress", "bon", "--in", str(s), "--rollouts", str(tmp_path / "none.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "--rollouts: no such file" in capsys.readouterr().err

@@ -73,7 +73,7 @@ def write_jsonl_atomic(path: Path, records: Iterable[Any]) -> Path:
     return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
-def read_rollouts(path: str | os.PathLike[str]) -> tuple[Any, Any, list[dict[str, Any]]]:
+def read_rollouts(path: str | os.PathLike[str], what: str = "--in") -> tuple[Any, Any, list[dict[str, Any]]]:
     """Read an ``agentmill.rollout/1`` JSONL file: (StepTable, LabelTable or None, the raw records).
 
     Every structural problem — not JSON, another schema, a missing field, a table the validator refuses (empty,
@@ -81,7 +81,7 @@ def read_rollouts(path: str | os.PathLike[str]) -> tuple[Any, Any, list[dict[str
     """
     from agentmill.core.types import StepTable
 
-    p = existing_file(path, "--in")
+    p = existing_file(path, what)
     records: list[dict[str, Any]] = []
     with open(p, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):

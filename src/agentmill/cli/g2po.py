@@ -182,7 +182,7 @@ def register(sub) -> None:
     sp = sub.add_parser("g2po", help="GRPO / GiGPO / G2PO-style (reconstructed) step advantages and state graphs")
     gs = sp.add_subparsers(dest="g2po_cmd", required=True)
     a = gs.add_parser("advantages", help="advantages of every step of a rollout file, with graph diagnostics")
-    a.add_argument("--in", dest="inp", required=True, help="rollouts JSONL (agentmill.rollout/1)")
+    a.add_argument("--in", dest="inp", metavar="ROLLOUTS", required=True, help="rollouts JSONL (agentmill.rollout/1)")
     a.add_argument("--estimator", required=True, help="grpo | gigpo | g2po")
     a.add_argument("--key", default=DEFAULT_KEY,
                    help=f"state key: exact | hash | fields:a,b | scrub:REGEX | scrub:unique | similar:θ (GiGPO only); "
@@ -193,7 +193,7 @@ def register(sub) -> None:
     a.add_argument("--out", required=True, help="advantages JSONL")
     a.set_defaults(fn=cmd_advantages)
     g = gs.add_parser("graph", help="the merged state-transition graph of one group as Graphviz DOT")
-    g.add_argument("--in", dest="inp", required=True, help="rollouts JSONL (agentmill.rollout/1)")
+    g.add_argument("--in", dest="inp", metavar="ROLLOUTS", required=True, help="rollouts JSONL (agentmill.rollout/1)")
     g.add_argument("--group", required=True, help="a group_id, or its 0-based index in the file")
     g.add_argument("--key", default=DEFAULT_KEY, help=f"state key (default {DEFAULT_KEY})")
     g.add_argument("--gamma", type=float, default=None, help="discount of node values and TD errors (default 0.95)")

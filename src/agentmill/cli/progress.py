@@ -148,7 +148,7 @@ def load_joined(scores_path: str, rollouts_path: str) -> dict[str, Any]:
         keyed = read_scores(p)
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"--in {p}: not a progress-score file ({type(exc).__name__}: {exc})") from None
-    table, labels, records = read_rollouts(rollouts_path)
+    table, labels, records = read_rollouts(rollouts_path, "--rollouts")
     starts = table.traj_starts.tolist()
     ends = starts[1:] + [len(table)]
     rows = {(str(table.group_id[s]), str(table.traj_id[s])): (s, e) for s, e in zip(starts, ends)}
@@ -300,7 +300,7 @@ def register(sub) -> None:
                                          "failure attribution (E173)")
     ps = sp.add_subparsers(dest="progress_cmd", required=True)
     s = ps.add_parser("score", help="step scores of every trajectory under a (policy, reference) pair")
-    s.add_argument("--in", dest="inp", required=True, help="rollouts JSONL (agentmill.rollout/1)")
+    s.add_argument("--in", dest="inp", metavar="ROLLOUTS", required=True, help="rollouts JSONL (agentmill.rollout/1)")
     s.add_argument("--policy", required=True, help="LM spec, or hf:BASE+adapter=DIR")
     s.add_argument("--reference", required=True, help="LM spec of π_ref")
     s.add_argument("--beta", type=float, default=1.0, help="β (official default 1.0; rescales, ranks unchanged)")
@@ -317,7 +317,8 @@ def register(sub) -> None:
                            ("auroc", cmd_auroc, "success AUROC, return Spearman and step-error AUROC with CIs"),
                            ("attribute", cmd_attribute, "blame one step of each failed trajectory")):
         a = ps.add_parser(name, help=text)
-        a.add_argument("--in", dest="inp", required=True, help="score file of `agentmill progress score`")
+        a.add_argument("--in", dest="inp", metavar="SCORES", required=True,
+                       help="score file of `agentmill progress score`")
         a.add_argument("--rollouts", required=True, help="the rollouts JSONL the scores were computed from")
         a.add_argument("--seed", type=int, default=0, help="tie-breaking / bootstrap seed")
         if name == "attribute":
