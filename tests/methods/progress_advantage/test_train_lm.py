@@ -120,3 +120,23 @@ def test_kl_pg_train_tabular_and_lora_smoke():
         kl_pg_train(pol, ref, factory, lays, beta=0.0, iterations=1)
     with pytest.raises(ValueError, match="lr"):
         kl_pg_train(SoftmaxTablePolicy(), tab_ref, factory, lays, beta=0.1, iterations=1)
+
+
+def test_scorer_candidates_mode_equals_the_candidate_policies_log_ratio():
+    """The E173 scorer (action_space="candidates") on an Episode built from a recorded Decision (prompt ids,
+    candidate ids, end-of-turn id) gives β·(log π_θ − log π_ref)(a|s) of the two CandidatePolicies (T = 1)."""
+    from agentmill.methods.progress_advantage.config import PAConfig
+    from agentmill.methods.progress_advantage.scorer import Episode, ProgressAdvantageScorer
+
+    _, _, _, states = _world()
+    pol, ref = CandidatePolicy(_tiny(1), SHORT), CandidatePolicy(_tiny(2), SHORT)
+    obs, info = states[0]
+    pol.act(obs, info, np.random.default_rng(0))
+    d = pol.pop_decisions()[0]
+    cand_ids = tuple(tuple(c) for c in pol.candidate_ids(d.candidates))
+    ep = Episode((d.prompt_ids, cand_ids[d.chosen]), (False, True), (cand_ids,), (pol.eot,))
+    beta = 0.5
+    A = ProgressAdvantageScorer(pol.lm, ref.lm, PAConfig(beta=beta, action_space="candidates")).step_scores(ep).A
+    a = d.chosen
+    expect = beta * (pol.log_probs(obs, info)[a] - ref.log_probs(obs, info)[a])
+    assert abs(A[0] - expect) < 1e-4 and abs(expect) > 1e-3
