@@ -56,6 +56,20 @@ def test_probabilities_sum_to_one_and_equal_a_brute_force_re_encode(lm):
     assert np.max(np.abs(np.exp(lp) - np.exp(z) / np.exp(z).sum())) < 1e-4
 
 
+@pytest.mark.parametrize("lm", _fakes(), ids=["scripted", "tiny"])
+def test_prompt_cache_reuse_across_decisions_equals_fresh_scoring(lm):
+    pol = CandidatePolicy(lm)
+    fresh = CandidatePolicy(lm, reuse_prefix=False)
+    assert fresh.prompt_cache is None
+    second = dict(INFO, admissible_commands=["go south", "look"])
+    for obs, info in [(OBS, INFO), (OBS + "\nA draught.", second), (OBS, second)]:
+        assert np.max(np.abs(pol.logliks(obs, info)[0] - fresh.logliks(obs, info)[0])) < 1e-4
+    pc = pol.prompt_cache
+    assert pc.reused_tokens > pc.fed_tokens / 2  # the system turn and the example were not fed again
+    pol.invalidate()
+    assert pc.cache is None and pc.ids == ()
+
+
 def test_loglik_is_the_continuation_logprob_plus_end_of_turn():
     """An independent path: the backend's own ``logprobs(prompt, continuation)`` (one full forward) gives the
     candidate tokens; the end-of-turn term is the difference between ℓ with and without it."""
@@ -264,6 +278,12 @@ def test_smollm2_probabilities_equal_a_brute_force_re_encode(smol):
     ref = candidate_logliks_reencode(smol, ids, pol.candidate_ids(cands), pol.eot)
     assert np.max(np.abs(ell - ref)) < 1e-4
     assert math.isclose(float(np.exp(pol.log_probs(OBS, INFO)).sum()), 1.0, abs_tol=1e-12)
+    # the next decision re-feeds only the part of its prompt that differs (PromptCache), with the same numbers
+    second = dict(INFO, admissible_commands=["go south", "look"])
+    ell2, cands2, ids2 = pol.logliks(OBS + "\nA draught.", second)
+    assert pol.prompt_cache.reused_tokens > 100
+    ref2 = candidate_logliks_reencode(smol, ids2, pol.candidate_ids(cands2), pol.eot)
+    assert np.max(np.abs(ell2 - ref2)) < 1e-4
 
 
 @pytest.mark.hf

@@ -14,6 +14,8 @@ candidates are 2–8 tokens. So the prompt is prefilled once and its KV cache is
 and all K candidates (+ end of turn) go through one right-padded forward (PERF-7, measured by
 :func:`benchmark_shared_prefix`). Right padding needs no attention mask: a row's pads come after all of its real
 tokens, so causal attention keeps them out of every position that is scored.
+Across decisions, :class:`PromptCache` keeps the last prompt's cache and re-feeds only what differs from it
+(consecutive prompts share the system turn and the one-shot example).
 
 Training (spec §6.4 LM arm, §6.5 LoRA pair builders): :class:`LoRACandidatePolicy` adds AdamW over the trainable
 parameters (the LoRA of an :class:`agentmill.lm.pair.HFPair`, or every parameter of a ``tiny:`` model) and
@@ -145,19 +147,65 @@ def _gather_sums(first_logp: Any, cand_logp: Any, rows: list[list[int]]) -> Any:
     return first + rest
 
 
-def candidate_logliks(lm: Any, prompt_ids: Sequence[int], candidate_ids: Sequence[Sequence[int]],
-                      eot: int | None) -> np.ndarray:
-    """ℓ for each candidate (float64, shape (K,)) with the shared-prefix KV cache: one prefill of ``prompt_ids``,
-    the cache forked K times (``lm.fork_cache``), one right-padded forward of the K candidates (+ ``eot``).
+class PromptCache:
+    """The KV cache of the last prompt a policy prefilled, reused for the next prompt's shared prefix.
 
-    Works on any WhiteBoxLM (``forward``/``fork_cache``). Log-softmax in float32 (§5 pitfall 13), sums in float64.
+    Consecutive decisions of one agent share the system turn, the one-shot example and often the goal (≈ 130 of
+    ≈ 250 tokens with :class:`CommandPrompt`), so the next prefill forks this cache, crops it to the longest
+    common prefix (at least ``min_shared`` tokens, else it starts afresh) and feeds only the rest. The stored
+    cache is never extended in place (it is forked first), and it is tied to the weights that produced it:
+    :meth:`CandidatePolicy.invalidate` drops it.
+    """
+
+    def __init__(self, min_shared: int = 16) -> None:
+        self.min_shared = int(min_shared)
+        self.ids: tuple[int, ...] = ()
+        self.cache: Any = None
+        self.reused_tokens = 0
+        self.fed_tokens = 0
+
+    def clear(self) -> None:
+        self.ids, self.cache = (), None
+
+    def prefill(self, lm: Any, prompt_ids: Sequence[int], **kw: Any) -> Any:
+        """``lm.forward`` output (last-position logits, a cache covering ``prompt_ids``) for the prompt."""
+        torch = _torch()
+        ids = tuple(int(x) for x in prompt_ids)
+        n = 0
+        if self.cache is not None:
+            m = min(len(ids), len(self.ids)) - 1  # feed at least one token: its logits score the first candidate
+            while n < m and ids[n] == self.ids[n]:
+                n += 1
+        if n >= self.min_shared:
+            cache = lm.crop_cache(lm.fork_cache(self.cache, 1), n)
+            out = lm.forward(torch.tensor([list(ids[n:])], dtype=torch.long), cache, **kw)
+        else:
+            n = 0
+            out = lm.forward(torch.tensor([list(ids)], dtype=torch.long), **kw)
+        self.reused_tokens += n
+        self.fed_tokens += len(ids) - n
+        self.ids, self.cache = ids, out.cache
+        return out
+
+
+def candidate_logliks(lm: Any, prompt_ids: Sequence[int], candidate_ids: Sequence[Sequence[int]],
+                      eot: int | None, *, prompt_cache: PromptCache | None = None) -> np.ndarray:
+    """ℓ for each candidate (float64, shape (K,)) with the shared-prefix KV cache: one prefill of ``prompt_ids``
+    (only its part not shared with ``prompt_cache``'s last prompt, when given), the cache forked K times
+    (``lm.fork_cache``), one right-padded forward of the K candidates (+ ``eot``).
+
+    Works on any WhiteBoxLM (``forward``/``fork_cache``/``crop_cache``). Log-softmax in float32 (§5 pitfall 13),
+    sums in float64.
     """
     torch = _torch()
     if not prompt_ids:
         raise ValueError("the prompt renders to no tokens: the first candidate token has no context")
     rows = _rows(candidate_ids, eot)
     kw = {"logits_to_keep": 1} if _accepts_logits_to_keep(lm) else {}
-    pre = lm.forward(torch.tensor([list(prompt_ids)], dtype=torch.long), **kw)
+    if prompt_cache is not None:
+        pre = prompt_cache.prefill(lm, prompt_ids, **kw)
+    else:
+        pre = lm.forward(torch.tensor([list(prompt_ids)], dtype=torch.long), **kw)
     first = torch.log_softmax(pre.logits[0, -1].float(), -1)
     cache = lm.fork_cache(pre.cache, len(rows))
     out = lm.forward(_padded(rows, int(getattr(lm, "pad_id", 0) or 0)), cache)
@@ -270,7 +318,8 @@ class CandidatePolicy:
     free_text = False
 
     def __init__(self, lm: Any, render: Renderer | None = None, temperature: float = 1.0, *,
-                 end_of_turn: int | None | str = "auto", record: bool = True, memo: int = 256) -> None:
+                 end_of_turn: int | None | str = "auto", record: bool = True, memo: int = 256,
+                 reuse_prefix: bool = True) -> None:
         for name in ("forward", "fork_cache", "render", "encode"):
             if not callable(getattr(lm, name, None)):
                 raise TypeError(f"CandidatePolicy needs a WhiteBoxLM (hf:, tiny:, scripted:whitebox, HFPair views); "
@@ -285,6 +334,7 @@ class CandidatePolicy:
         self.decisions: list[Decision] = []
         self._memo: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._memo_size = int(memo)
+        self.prompt_cache = PromptCache() if reuse_prefix and callable(getattr(lm, "crop_cache", None)) else None
 
     def __repr__(self) -> str:
         return f"CandidatePolicy({getattr(self.lm, 'spec', '?')!r}, T={self.temperature})"
@@ -308,8 +358,10 @@ class CandidatePolicy:
 
     # -- scores
     def invalidate(self) -> None:
-        """Forget memoised ℓ (call after changing the model's weights)."""
+        """Forget memoised ℓ and the cached prompt (call after changing the model's weights)."""
         self._memo.clear()
+        if self.prompt_cache is not None:
+            self.prompt_cache.clear()
 
     def logliks(self, obs: str, info: Mapping[str, Any], candidates: Sequence[str] | None = None
                 ) -> tuple[np.ndarray, tuple[str, ...], list[int]]:
@@ -319,7 +371,7 @@ class CandidatePolicy:
         key = (tuple(ids), cands)
         ell = self._memo.get(key)
         if ell is None:
-            ell = candidate_logliks(self.lm, ids, self.candidate_ids(cands), self.eot)
+            ell = candidate_logliks(self.lm, ids, self.candidate_ids(cands), self.eot, prompt_cache=self.prompt_cache)
             if not np.all(np.isfinite(ell)):
                 raise LMError(f"{getattr(self.lm, 'spec', '?')}: non-finite candidate log-likelihoods {ell}")
             self._memo[key] = ell
@@ -388,8 +440,10 @@ class LoRACandidatePolicy(CandidatePolicy):
 
     def __init__(self, lm: Any, parameters: Sequence[Any], render: Renderer | None = None, temperature: float = 1.0,
                  *, lr: float = 1e-4, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
-                 end_of_turn: int | None | str = "auto", record: bool = True, memo: int = 256) -> None:
-        super().__init__(lm, render, temperature, end_of_turn=end_of_turn, record=record, memo=memo)
+                 end_of_turn: int | None | str = "auto", record: bool = True, memo: int = 256,
+                 reuse_prefix: bool = True) -> None:
+        super().__init__(lm, render, temperature, end_of_turn=end_of_turn, record=record, memo=memo,
+                         reuse_prefix=reuse_prefix)
         torch = _torch()
         self.parameters = [p for p in parameters if p.requires_grad]
         if not self.parameters:
