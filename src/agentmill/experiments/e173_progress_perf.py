@@ -3,10 +3,12 @@
 - **PERF-5** progress scoring with one forward pass per model per episode vs per-step prefix re-scoring (T
   passes per model), T = 10 KeyDoor steps rendered with SmolLM2's chat template, pair = ``HFPair`` (SmolLM2 + a
   LoRA whose B was perturbed, so policy ≠ reference). Targets: ≥ 4× faster; and the one-pass time within 1.5× of
-  2 × tokens / prefill rate (the prefill rate measured here, on the same model, in the same run).
+  2 × tokens / prefill rate, the prefill time measured in each repeat as a plain forward of one model over the same
+  episode tokens (same machine load as the scorer it bounds).
 - **PERF-6** ``HFPair`` with adapter toggling vs two loaded copies (the policy copy carrying the same saved
-  adapter): resident memory ≤ 0.6× (parameter bytes of the distinct tensors held; process RSS growth reported
-  too), step scores equal to 1e-6.
+  adapter): resident memory ≤ 0.6× (parameter bytes of the distinct tensors held), step scores equal to 1e-6.
+  Process RSS growth is kept in the record's data but not judged: weights loaded from the safetensors cache are
+  file-backed pages and the second load reuses memory the first one freed, so RSS deltas say little here.
 - **PERF-8** ``soft_value_iteration`` on a random 20 × 4 MDP to tol 1e-13: < 50 ms (median over repeats).
 
 Timing estimates: the value is the median over ``repeats`` runs and the interval is [min, max] over them (a
@@ -39,8 +41,8 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 class Setup:
     model: str = "smollm2"
     """Base model of the pair (the part after ``hf:``), or ``scripted`` for canned scorers (smoke)."""
-    n_episodes: int = 4
-    """KeyDoor episodes scored per repeat."""
+    n_episodes: int = 2
+    """KeyDoor episodes scored per repeat (~1k tokens each in the chat template; prefix re-scoring costs ~5.5×)."""
     steps: int = 10
     """Steps per episode (spec §8 PERF-5: T = 10)."""
     repeats: int = 3
@@ -57,8 +59,8 @@ class Setup:
 
 SETUPS = {
     "smoke": Setup(model="scripted", n_episodes=2, repeats=2, perf6=False, vi_repeats=3),
-    "quick": Setup(),
-    "full": Setup(n_episodes=8, repeats=5, vi_repeats=50),
+    "quick": Setup(n_episodes=1, repeats=2),
+    "full": Setup(n_episodes=2, repeats=3, vi_repeats=50),
 }
 
 CLAIMS = (
@@ -145,13 +147,20 @@ def _scripted_pair(s: Setup) -> tuple[Any, Any, list[Any]]:
     return pol, rf, eps
 
 
-def _time_scoring(scorer: Any, eps: list[Any], repeats: int) -> tuple[list[float], list[float], float, list]:
+def _time_scoring(scorer: Any, eps: list[Any], repeats: int, prefill: Any = None
+                  ) -> tuple[list[float], list[float], list[float], float, list]:
+    """Per repeat: a plain forward over each episode's tokens on one model (the prefill bound is twice that, so it
+    is measured under the same machine load as the scorer), the one-pass scorer, the prefix re-scorer."""
     scorer.score_many(eps[:1], batch_size=1, _warn=False)  # warm-up
     scorer.step_scores_prefix_rescoring(eps[0])
-    one, pre = [], []
+    one, pre, fill = [], [], []
     diff = 0.0
     scores = []
     for _ in range(repeats):
+        if prefill is not None:
+            t0 = time.perf_counter()
+            prefill()
+            fill.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         scores = scorer.score_many(eps, batch_size=1, _warn=False)
         one.append(time.perf_counter() - t0)
@@ -159,21 +168,7 @@ def _time_scoring(scorer: Any, eps: list[Any], repeats: int) -> tuple[list[float
         slow = [scorer.step_scores_prefix_rescoring(ep) for ep in eps]
         pre.append(time.perf_counter() - t0)
         diff = max(diff, max(float(np.nanmax(np.abs(a.A - b))) for a, b in zip(scores, slow)))
-    return one, pre, diff, scores
-
-
-def _prefill_rate(lm: Any, n_tokens: int, repeats: int) -> float:
-    """Tokens/s of one forward pass over an ``n_tokens`` sequence on the reference view (adapter off)."""
-    from agentmill.lm.scoring import score_segments
-
-    ids = list(lm.encode("You are in the kitchen. Exits: north, east. " * 200))[:n_tokens]
-    score_segments(lm, [ids])
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        score_segments(lm, [ids])
-        ts.append(time.perf_counter() - t0)
-    return n_tokens / statistics.median(ts)
+    return one, pre, fill, diff, scores
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -193,11 +188,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out["perf8_vi_ms"] = _range(vi)
     # ---- PERF-5
     ctx.progress("PERF-5 load", 0, 3)
-    pair = saved = None
+    pair = saved = prefill = None
     if s.model == "scripted":
         pol, rf, eps = _scripted_pair(s)
         n_tok = sum(sum(len(x) for x in ep.segments) for ep in eps)
-        rate = math.nan
     else:
         import torch
 
@@ -214,26 +208,30 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                     p.add_(s.lora_noise * torch.randn(p.shape, generator=gen))
         pol, rf = pair.policy, pair.reference
         eps = [chat_episode(pol, o, a) for o, a in keydoor_texts(s.n_episodes, s.steps, s.seed)]
-        n_tok = sum(len(ids) for ids in (pol.encode("".join(x if isinstance(x, str) else "" for x in ep.segments))
-                                         for ep in eps))
-        rate = _prefill_rate(rf, 512, s.repeats)
+        from agentmill.lm.scoring import score_segments
+
+        seqs = [list(rf.encode("".join(ep.segments))) for ep in eps]  # chat_episode segments are text
+        n_tok = sum(len(x) for x in seqs)
+
+        def prefill() -> None:
+            for ids in seqs:
+                score_segments(rf, [ids])
         data["rss_mb_adapter_pair"] = rss1 - rss0
         out["perf6_param_mb_adapter_pair"] = Estimate.exact(_param_bytes(pair.peft_model) / 2**20)
         if s.perf6:
             saved = pair.save_adapter(ctx.work_dir / "perf6_adapter")
     scorer = ProgressAdvantageScorer(pol, rf, PAConfig())
     ctx.progress("PERF-5 timing", 1, 3)
-    one, pre, diff, scores_a = _time_scoring(scorer, eps, s.repeats)
+    one, pre, fill, diff, scores_a = _time_scoring(scorer, eps, s.repeats, prefill)
     out["perf5_onepass_s"] = _range(one)
     out["perf5_prefix_s"] = _range(pre)
     out["perf5_speedup"] = _range([p / o for p, o in zip(pre, one)])
     out["perf5_max_abs_diff_onepass_vs_prefix"] = Estimate.exact(diff)
     out["perf5_tokens"] = Estimate.exact(n_tok)
-    out["perf5_prefill_tok_per_s"] = Estimate.exact(rate)
-    bound = 2 * n_tok / rate if rate == rate else math.nan
-    out["perf5_prefill_bound_s"] = Estimate.exact(bound)
-    out["perf5_time_over_prefill_bound"] = (_range([o / bound for o in one]) if bound == bound
-                                            else Estimate.exact(math.nan))
+    if fill:
+        out["perf5_prefill_tok_per_s"] = _range([n_tok / f for f in fill])
+        out["perf5_prefill_bound_s"] = _range([2 * f for f in fill])
+        out["perf5_time_over_prefill_bound"] = _range([o / (2 * f) for o, f in zip(one, fill)])
     # ---- PERF-6
     if pair is not None and saved is not None:
         ctx.progress("PERF-6 two copies", 2, 3)
@@ -256,13 +254,11 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                                                                               _warn=False)
         out["perf6_param_mb_two_copies"] = Estimate.exact(mem_b / 2**20)
         out["perf6_memory_ratio"] = Estimate.exact(mem_a / mem_b)
-        rss_a, rss_b = data["rss_mb_adapter_pair"], data["rss_mb_two_copies"]
-        out["perf6_rss_ratio"] = Estimate.exact(rss_a / rss_b if rss_b > 0 else math.nan)
         out["perf6_max_score_diff"] = Estimate.exact(max(float(np.nanmax(np.abs(a.A - b.A)))
                                                          for a, b in zip(scores_a, scores_b)))
         del two, pm
         gc.collect()
-    ctx.data["perf"] = data | {"onepass_s": one, "prefix_s": pre, "vi_ms": vi}
+    ctx.data["perf"] = data | {"onepass_s": one, "prefix_s": pre, "prefill_one_model_s": fill, "vi_ms": vi}
     return out
 
 
@@ -274,7 +270,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="SmolLM2-135M fp32 on 2 shared CPU cores (other jobs running), LoRA r = 8 on q/v with perturbed B; "
-               "4 (quick) / 8 (full) random KeyDoor episodes of 10 steps in the chat template. Engineering targets "
+               "1 (quick) / 2 (full) random KeyDoor episodes of 10 steps in the chat template. Engineering targets "
                "of the spec, not paper numbers. Timings are medians with [min, max] over repeats.",
     requires=frozenset({"hf", "peft"}),
 )
