@@ -15,6 +15,10 @@ The CIs come from one cluster bootstrap over whole groups, shared by all estimat
 group's rows depend on each other, so rows and even trajectories are not independent units. [R] (the spec says
 "paired cluster bootstrap" without naming the cluster; groups are the conservative choice).
 
+G-3c is judged on the total advantage A = A^ep + ω·Â, as the spec words it. Observed 2026-11-25 (full): 23 % of
+the progress steps of failed KeyDoor runs get A > 0, while the graph term Â alone is positive on 58 %: the GRPO
+episode term (≈ −1 on failures under mean/std) outweighs the graph credit (reported as ``*_infail_share_g2po_graph``).
+
 The module also holds the pieces experiment G-4 (``e165_g2po_no_repeat_collapse``) reuses: the KeyDoor env
 factory, the advantage table of the three estimators and the weighted-AUROC bootstrap.
 """

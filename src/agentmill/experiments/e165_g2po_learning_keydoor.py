@@ -21,6 +21,12 @@ the estimators key on the raw, unique observations. Because the ε-free softmax 
 without the wrapper, and GRPO never reads observations, the GRPO arm under UniqueObs is the G-5 GRPO arm replayed
 bit for bit; it is reused rather than rerun.
 
+Observed 2026-11-25 (full): the constant-key control is not a null for this reconstruction. With one node per
+group there are two edges, node → node (every non-final step, δ = r̄ − (1 − γ)·V̄) and node → Terminal (every
+final step, δ = r̄_final − V̄); standardised over steps they give every final action one bonus and every other step
+one small malus, whatever the outcome: a step penalty plus a push on the last action. It beat GRPO by 0.07 AUC
+(not_supported); the pre-registered threshold stands.
+
 The spec's quick profile (30 iterations, 3 seeds) gives no verdict: its numbers are recorded as ``*_observed``
 and only the full profile fills the claim metrics.
 """
