@@ -63,3 +63,64 @@ def test_bad_arguments_raise() -> None:
 def _nan_auc() -> float:
     from agentmill.methods.g2po.train import ArmLog
     return ArmLog("grpo", 0, 1.0).auc
+
+
+class _RecordingPolicy(SoftmaxTablePolicy):
+    """A numpy policy with its own ``pg_update`` (the LM-arm interface): records what train_compare hands it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list = []
+
+    def pg_update(self, table, advantages, lr=None, *, normalize="rows"):
+        self.calls.append((table, np.array(advantages), lr, normalize))
+        return {}
+
+
+def test_a_policy_with_pg_update_is_updated_by_it_with_the_arms_advantages() -> None:
+    from agentmill.methods.g2po import g2po_advantages, grpo_advantages
+
+    made: list = []
+
+    def factory():
+        made.append(_RecordingPolicy())
+        return made[-1]
+
+    train_compare(_env, TASKS, factory, ("grpo", "g2po"), FieldsKey(), group_size=4, tasks_per_iter=2, iterations=2,
+                  lr={"grpo": 1e-4, "g2po": 2e-4}, seeds=[0], eval_every=2, eval_episodes=4)
+    grpo, g2po = made
+    assert len(grpo.calls) == len(g2po.calls) == 2
+    assert grpo.n_parameters == 0 and g2po.n_parameters == 0  # pg_step never ran: the policy's own update did
+    for pol, fn, lr in ((grpo, lambda t: grpo_advantages(t), 1e-4), (g2po, lambda t: g2po_advantages(t, FieldsKey()),
+                                                                     2e-4)):
+        for table, adv, lr_, norm in pol.calls:
+            assert np.array_equal(adv, fn(table).advantages) and lr_ == lr and norm == "trajectories"
+
+
+def test_lm_arm_with_a_tiny_lora_candidate_policy_and_reset_as_factory() -> None:
+    import torch
+
+    from agentmill.lm.policy import CommandPrompt, LoRACandidatePolicy
+    from agentmill.lm.tiny import load
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lm = load("new?d=16&layers=1&heads=2&max_len=1024&seed=1")
+        pol = LoRACandidatePolicy(lm, list(lm.model.parameters()), CommandPrompt(example=None), temperature=20.0,
+                                  lr=1e-2, record=False)
+        w0 = [p.detach().clone() for p in pol.parameters]
+        cfg = KeyDoorConfig(n_rooms=3, n_locks=1, max_steps=3, step_penalty=0.01)
+        log = train_compare(lambda lay: make_keydoor(layout=lay, config=cfg), TASKS[:1], pol.reset, ("grpo", "g2po"),
+                            FieldsKey(), group_size=3, tasks_per_iter=1, iterations=2, lr=1e-2, seeds=[0],
+                            eval_every=2, eval_episodes=3)
+    finally:
+        torch.set_num_threads(n)
+    a, b = log.arm("grpo", 0), log.arm("g2po", 0)
+    # reset() between arms: the same initial weights, so identical first evaluation and first training rollouts
+    assert a.success[0] == b.success[0] and a.train_success[0] == b.train_success[0]
+    assert pol.updates == 2 and a.seconds["update"] > 0 and b.seconds["graph"] > 0
+    assert pol.decisions == []  # record=False keeps nothing
+    # the step penalty makes GRPO's returns differ within a group only by length, G2PO's edges by node values;
+    # either way the last arm's advantages are not all zero, so its weights moved
+    assert any(float((p.detach() - q).abs().max()) > 0 for p, q in zip(pol.parameters, w0))

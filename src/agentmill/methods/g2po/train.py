@@ -7,9 +7,12 @@ computed. Rollout seeds are derived from (seed, iteration), so at iteration 0 - 
 identical rollouts (common random numbers; the arms diverge as their policies do).
 
 It records the sampled-policy success at each evaluation point (against iterations, episodes and env steps
-consumed) and wall time per phase: rollout, graph building, advantages (graph included), update. The LM arm of the
-spec (CandidatePolicy + LoRA with AdamW) is not implemented here yet: this driver takes numpy policies with the
-``envs.policies`` interface (``act``/``logprob``) updated by ``envs.policies.pg_step``.
+consumed) and wall time per phase: rollout, graph building, advantages (graph included), update.
+
+Policies: numpy policies with the ``envs.policies`` interface (``act``/``logprob``) are updated by
+``envs.policies.pg_step``; a policy with its own ``pg_update(table, advantages, lr=..., normalize=...)`` (the LM arm
+of spec §6.4: ``lm.policy.LoRACandidatePolicy``, CandidatePolicy + LoRA, AdamW, lr 1e-4) is updated by that method
+instead. One loaded LM serves every arm with ``policy_factory=policy.reset`` (initial weights, fresh optimizer).
 """
 
 from __future__ import annotations
@@ -158,7 +161,11 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
                 t1 = time.perf_counter()
                 res = _advantages(est, table, key_fn, configs.get(est))  # type: ignore[arg-type]
                 t2 = time.perf_counter()
-                pg_step(policy, table, res.advantages, lrs[est], normalize=normalize)
+                upd = getattr(policy, "pg_update", None)
+                if callable(upd):  # LM arm: autograd policy gradient with its own optimizer (AdamW)
+                    upd(table, res.advantages, lr=lrs[est], normalize=normalize)
+                else:
+                    pg_step(policy, table, res.advantages, lrs[est], normalize=normalize)
                 t3 = time.perf_counter()
                 log.seconds["rollout"] += t1 - t0
                 log.seconds["advantages"] += t2 - t1
