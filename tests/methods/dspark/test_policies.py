@@ -116,3 +116,31 @@ def test_a_step_already_past_the_table_verifies_nothing_extra():
     assert schedule(np.array([[0.99, 0.99]]), [2], sps, "dspark", extra_tokens=40).tolist() == [0]
     assert schedule(np.array([[0.99, 0.99]]), [2], sps, "dspark-async", extra_tokens=40,
                     stale_survival=np.array([[0.9, 0.8]])).tolist() == [0]
+
+
+def test_isotonic_fit_pools_violators_and_keeps_monotone_rows():
+    from agentmill.methods.dspark.costmodel import isotonic_increasing
+
+    assert isotonic_increasing([3.0, 1.0, 2.0, 5.0]) == [2.0, 2.0, 2.0, 5.0]
+    assert isotonic_increasing([1.0, 2.0, 2.0, 4.0]) == [1.0, 2.0, 2.0, 4.0]
+    assert isotonic_increasing([5.0]) == [5.0]
+    y = isotonic_increasing([1.0, 3.0, 2.0, 2.0, 6.0, 5.0])
+    assert y == sorted(y) and abs(sum(y) - 19.0) < 1e-12   # PAV keeps the total
+
+
+def test_profile_interleaves_b_and_survives_a_contention_burst():
+    """A burst that slows a run of consecutive calls must not make a larger B look cheaper than a smaller one."""
+    calls = []
+
+    def step(b: int, r: int, ctx: int) -> float:
+        calls.append(b)
+        burst = 4.0 if 6 <= len(calls) < 10 else 1.0      # four consecutive slow calls
+        return 0.01 * (1 + 0.1 * (b - 1)) * burst
+
+    t = SPSTable.profile(step, {"B": [1, 2, 4, 8], "R": [1], "ctx": [64]}, reps=3, warmup=1)
+    assert calls[:8] == [1, 2, 4, 8] * 2                    # warm-up sweep, then interleaved repetitions
+    row = t.step_seconds["r=1,ctx=64"]
+    assert row == sorted(row)
+    assert t.raw_step_seconds is not None and len(t.raw_step_seconds["r=1,ctx=64"]) == 4
+    clean = [0.01 * (1 + 0.1 * (b - 1)) for b in (1, 2, 4, 8)]
+    assert max(abs(a - b) / b for a, b in zip(row, clean)) < 1e-9   # the median of 3 discards one slow sweep
