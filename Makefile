@@ -8,6 +8,9 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.agentmill-installed
 PROFILE ?= quick
 PYTEST_ARGS ?=
+# numpy's OpenBLAS threads fight torch and each other on 2 shared cores: a 122×122 solve took 0.12 s instead of
+# 0.1 ms under load (docs/LOG.md, 2026-11-25). Small linear algebra is faster on one thread here.
+export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: install reproduce test browser-deps benchmark
 
