@@ -49,6 +49,9 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e173_progress_keydoor_grader",
     "agentmill.experiments.e173_progress_fluency_control",
     "agentmill.experiments.e173_progress_perf",
+    "agentmill.experiments.e165_g2po_llm_advantage_quality",
+    "agentmill.experiments.e173_progress_lm_pair_distilled",
+    "agentmill.experiments.e173_progress_lm_pair_rl",
 )
 
 _registry: dict[str, Experiment] | None = None
