@@ -52,6 +52,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_llm_advantage_quality",
     "agentmill.experiments.e173_progress_lm_pair_distilled",
     "agentmill.experiments.e173_progress_lm_pair_rl",
+    "agentmill.experiments.e165_g2po_lora_smoke",
 )
 
 _registry: dict[str, Experiment] | None = None
