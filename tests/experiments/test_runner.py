@@ -71,3 +71,20 @@ def test_bad_override_fails_before_writing(tmp_path) -> None:
     with pytest.raises(KeyError, match="Did you mean 'seed'"):
         run_experiment(COIN, profile="smoke", overrides={"sede": "1"}, runs_dir=tmp_path)
     assert not (tmp_path / "smoke").exists()
+
+
+def test_fresh_run_moves_old_checkpoints_aside_and_resume_keeps_them(tmp_path) -> None:
+    seen = []
+
+    def measuring(setup, ctx):
+        ck = ctx.work_dir / "ck.json"
+        seen.append(ck.exists())
+        ck.write_text("{}")
+        return COIN.measure(setup, ctx)
+
+    exp = dataclasses.replace(COIN, id="fake.ckpt", measure=measuring)
+    run_experiment(exp, profile="smoke", runs_dir=tmp_path)
+    run_experiment(exp, profile="smoke", runs_dir=tmp_path, resume=False)     # fresh: starts without checkpoints
+    assert seen == [False, False]
+    moved = list((tmp_path / "smoke" / "history").glob("fake.ckpt.work-*"))
+    assert len(moved) == 1 and (moved[0] / "ck.json").exists()                 # nothing deleted

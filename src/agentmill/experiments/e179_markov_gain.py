@@ -53,7 +53,9 @@ SETUPS = {
     "smoke": Setup(stage0_steps=3, branch_steps=3, markov_rank=8, block_size=4, num_draft_layers=1, draft_vocab=128,
                    corpus_prompts=16, corpus_max_new=16, eval_prompts=4, eval_max_new=16, eval_batch=4,
                    n_boot=200, model="tiny"),
-    "quick": Setup(stage0_steps=100, branch_steps=100, eval_prompts=20, eval_max_new=96, n_boot=2000),
+    # quick evaluates the primary temperature only (the main job's 30-minute budget); full adds T = 0.
+    "quick": Setup(stage0_steps=100, branch_steps=100, eval_prompts=20, eval_max_new=96, n_boot=2000,
+                   temperatures="1.0"),
     "full": Setup(),
 }
 

@@ -5,8 +5,12 @@ Layout under ``runs_dir``::
     <profile>/<experiment_id>.json         the newest record (ok or error)
     <profile>/history/<id>-<time>.json     an older ok record, moved aside before being replaced
     <profile>/work/<experiment_id>/        the experiment's checkpoints (survive a kill)
+    <profile>/history/<id>.work-<time>/    the checkpoints of an earlier run, moved aside by a fresh run
 
-Resume rule: a stored ``ok`` record whose ``setup_hash`` (setup + model) matches is reused, not rerun.
+Resume rule: a stored ``ok`` record whose ``setup_hash`` (setup + model) matches is reused, not rerun, and an
+interrupted run continues from its checkpoints. A fresh run (``resume=False``, ``--fresh``) measures again from
+scratch: it moves the old checkpoints aside first, so cached timings or samples from another machine state are not
+silently reused (and nothing is deleted).
 """
 
 from __future__ import annotations
@@ -125,6 +129,10 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     if model_spec is not None and not preflight_errors_as_records:
         cached_lm(model_spec)  # an unloadable model is bad input: fail before anything is written
     work_dir = runs_dir / profile / "work" / exp.id
+    if not resume and work_dir.is_dir() and any(work_dir.iterdir()):
+        hist = runs_dir / profile / "history"
+        hist.mkdir(parents=True, exist_ok=True)
+        work_dir.rename(hist / f"{exp.id}.work-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S%f')}")
     work_dir.mkdir(parents=True, exist_ok=True)
     ctx = RunContext(profile=profile, model=model_spec or DEFAULT_MODEL,
                      executor=make_executor(executor), work_dir=work_dir,
