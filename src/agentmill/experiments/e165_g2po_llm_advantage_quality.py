@@ -84,8 +84,8 @@ class Setup:
 
 
 SETUPS = {
-    "smoke": Setup(model="tiny:new?d=16&layers=1&heads=2&max_len=1024&seed=1", temperature=20.0, one_shot=False,
-                   n_layouts=2, group_size=4, max_steps=6, n_boot=50, judged=False),
+    "smoke": Setup(model="tiny:new?d=16&layers=1&heads=2&max_len=1024&seed=1", temperature=100.0, one_shot=False,
+                   n_layouts=2, group_size=4, max_steps=8, n_distractors=0, n_boot=50, judged=False),
     # T = 100: an untrained tiny model at T = 20 never reaches the goal (all advantages 0); at T = 100 it does ~9 %
     "quick": Setup(model="tiny:new?d=32&max_len=1024&seed=1", temperature=100.0, one_shot=False, max_steps=20,
                    n_distractors=0, n_boot=500, judged=False),
