@@ -48,9 +48,11 @@ class Setup:
     """Training iterations per arm (spec §7 G-10: 10)."""
     group_size: int = 8
     """Rollouts per group (N = 8)."""
-    tasks_per_iter: int = 2
-    """Groups per iteration [R] (keeps the full run near the spec's 45 min)."""
-    max_steps: int = 15
+    tasks_per_iter: int = 1
+    """Groups per iteration [R]. A SmolLM2 training row costs ~2.5 s on one CPU thread (decision 0.3-0.8 s, autograd
+    step ~1.9 s; measured 2026-11-25), so 3 arms × 10 × 1 × 8 rollouts × ≤ 12 steps ≈ 1.5-2 h; the spec's 45 min
+    assumes a lent GPU."""
+    max_steps: int = 12
     """Steps per rollout."""
     lr: float = 1e-4
     """AdamW step size (spec §6.4 LM arm: 1e-4)."""
@@ -152,7 +154,7 @@ EXPERIMENT = Experiment(
     plots=plots,
     requires=frozenset({"hf", "peft"}),
     scale_note="G2PO-style (reconstructed) [R]. SmolLM2-135M CandidatePolicy + LoRA (r 8, α 16, q/v, AdamW 1e-4), "
-               "1 seed, 10 iterations × 2 groups × 8 rollouts per arm on 8 tiny KeyDoor layouts; held-out success on "
+               "1 seed, 10 iterations × 1 group × 8 rollouts (≤ 12 steps) per arm on 8 tiny KeyDoor layouts; held-out success on "
                "8 layouts. The paper trains 1.5B-7B models on GPUs for hundreds of steps. INCONCLUSIVE by design. "
                "Quick/smoke: an untrained tiny model at T = 100.",
 )
