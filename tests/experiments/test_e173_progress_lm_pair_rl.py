@@ -31,3 +31,21 @@ def test_claims_are_pre_registered_from_the_spec() -> None:
     full = exp.setups["full"]
     assert (full.model, full.beta, full.lr, full.n_test_layouts, full.group_size) == ("hf:smollm2", 0.05, 1e-4, 40, 8)
     assert full.iterations <= 15 and get("e173.progress_lm_pair_distilled").setups["full"].beta == 0.5
+
+
+def test_paired_auroc_by_hand() -> None:
+    import math
+
+    import numpy as np
+
+    from agentmill.experiments.e173_progress_lm_pair_rl import _paired_auroc
+
+    err = np.array([True, False, True, False])
+    good = np.array([-1.0, 1.0, -2.0, 2.0])  # errors score lowest: AUROC(−score → error) = 1
+    flat = np.zeros(4)  # ties everywhere: 0.5
+    clusters = np.array([0, 0, 1, 1])
+    assert _paired_auroc(good, None, err, clusters, 50, 0).value == 1.0
+    assert _paired_auroc(flat, None, err, clusters, 50, 0).value == 0.5
+    gain = _paired_auroc(good, flat, err, clusters, 50, 0)
+    assert gain.value == 0.5 and gain.lo == gain.hi == 0.5  # every resample keeps both classes in each cluster
+    assert math.isnan(_paired_auroc(good, None, np.ones(4, bool), clusters, 50, 0).value)  # no progress steps
