@@ -207,9 +207,9 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"hf"}),
-    scale_note="G2PO-style (reconstructed) [R]. Behaviour = SmolLM2-135M CandidatePolicy (T = 1, one-shot prompt, 1 "
-               "thread) on 8 held-out small KeyDoor layouts (3 rooms, 1 lock, 1 distractor, trap) × 8 rollouts × ≤ 15 steps, "
-               "instead of the spec's TextWorld games [R]; UniqueObs arm with fresh LM rollouts. The paper trains "
-               "1.5B-7B LMs on ALFWorld/WebShop and reports success, not AUROC. Quick/smoke: untrained tiny "
-               "model, no verdict.",
+    scale_note="G2PO-style (reconstructed) [R]. Behaviour = SmolLM2-135M CandidatePolicy (T = 1, one-shot prompt, "
+               "1 thread) on 8 held-out small KeyDoor layouts (3 rooms, 1 lock, 1 distractor, trap) × 8 rollouts × "
+               "≤ 15 steps, instead of the spec's TextWorld games [R]; UniqueObs arm with fresh LM rollouts. The "
+               "paper trains 1.5B-7B LMs on ALFWorld/WebShop and reports success, not AUROC. Quick/smoke: untrained "
+               "tiny model at T = 100, no verdict.",
 )

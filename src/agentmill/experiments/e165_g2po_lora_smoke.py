@@ -154,7 +154,7 @@ EXPERIMENT = Experiment(
     plots=plots,
     requires=frozenset({"hf", "peft"}),
     scale_note="G2PO-style (reconstructed) [R]. SmolLM2-135M CandidatePolicy + LoRA (r 8, α 16, q/v, AdamW 1e-4), "
-               "1 seed, 10 iterations × 1 group × 8 rollouts (≤ 12 steps) per arm on 8 tiny KeyDoor layouts; held-out success on "
-               "8 layouts. The paper trains 1.5B-7B models on GPUs for hundreds of steps. INCONCLUSIVE by design. "
+               "1 seed, 10 iterations × 1 group × 8 rollouts (≤ 12 steps) per arm on 8 tiny KeyDoor layouts; "
+               "held-out success on 8 layouts. The paper trains 1.5B-7B models on GPUs for hundreds of steps. INCONCLUSIVE by design. "
                "Quick/smoke: an untrained tiny model at T = 100.",
 )
