@@ -41,15 +41,7 @@ def aggregate_tokens(x: Sequence[float] | np.ndarray, how: str = "sum") -> float
     a = np.asarray(x, dtype=np.float64)
     if a.size == 0 or np.isnan(a).any():
         return math.nan
-    if how == "sum":
-        return float(a.sum())
-    if how == "mean":
-        return float(a.mean())
-    if how == "min":
-        return float(a.min())
-    if how == "max":
-        return float(a.max())
-    return float(a[-1])
+    return aggregate_steps(a, how)      # same reductions; only the NaN rule differs (one NaN token → NaN step)
 
 
 def aggregate_steps(x: Sequence[float] | np.ndarray, how: str = "sum") -> float:
