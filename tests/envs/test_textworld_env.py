@@ -242,3 +242,28 @@ def test_tw_make_timeout_is_reported(tmp_path, monkeypatch):
         _generate_one(["custom", "--world-size", "3", "--nb-objects", "6", "--quest-length", "3", "--seed", "9"],
                       9, tmp_path, "1.7.0")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_game_command_is_one_printable_ascii_line_without_backslashes():
+    from agentmill.envs.textworld_env import game_command
+
+    assert game_command("  take\tthe \n key ") == "take the key"
+    assert game_command("open\\a door\\") == "open a door"
+    assert game_command("eat é\x00pie\x7f") == "eat pie"
+    assert game_command("\\\\\n") == ""
+
+
+def test_interpreter_escapes_neither_hang_nor_crash_the_process(game):
+    """dumb-frotz reads ``\\a``, ``\\b``, ... as its own escapes: unfiltered, ``\\a`` hung the interpreter and random
+    gymnasium actions segfaulted CI (2026-11-25). A subprocess, so a regression fails this test, not the run."""
+    import subprocess
+
+    script = ("import sys; from agentmill.envs.textworld_env import TextWorldEnv\n"
+              "env = TextWorldEnv(sys.argv[1]); env.reset()\n"
+              "for a in ['\\\\a', '\\\\b look', 'go \\\\d', '\\\\help', '\\\\']:\n"
+              "    _, _, te, tr, info = env.step(a)\n"
+              "    assert info['invalid_action'], a\n"
+              "    if te or tr: env.reset()\n"
+              "print('survived')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(game)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("survived"), done.stderr[-2000:]

@@ -72,13 +72,25 @@ def clean_observation(text: str, objective: str | None = None) -> str:
     return text.strip()
 
 
+def game_command(action: str) -> str:
+    """The line actually typed into the interpreter for ``action``.
+
+    - One line only: a newline inside the string would feed the interpreter several commands in one step.
+    - No backslash: jericho's dumb-frotz reads ``\\x`` as an interpreter escape, and some escapes crash the
+      process (a segfault in CI on a random gymnasium action, 2026-11-25). No game command contains one.
+    - Printable ASCII only: the Z-machine's input alphabet; anything else becomes a space.
+    """
+    cleaned = "".join(c if " " <= c <= "~" and c != "\\" else " " for c in action)
+    return " ".join(cleaned.split())
+
+
 class TextWorldEnv:
     """One TextWorld game file as a :class:`~agentmill.envs.base.TextEnv` (spec §6.2).
 
     - ``reward`` = score − previous score; ``terminated`` = won or lost; ``truncated`` = ``max_steps`` steps taken
       (every call counts, including commands the game does not understand) or no admissible command left
       (``info["stuck"] = True``).
-    - Any string is passed to the game, on one line (whitespace runs, newlines included, become one space);
+    - Any string is passed to the game as :func:`game_command` makes it (one line of printable ASCII, no backslash);
       ``invalid_action`` is set when it was not admissible.
     - ``info``: ``admissible_commands`` (sorted), ``won``, ``lost``, ``task_id`` (the file stem), ``step``,
       ``invalid_action``, ``feedback`` (the cleaned game text, also the observation), ``description``,
@@ -137,8 +149,7 @@ class TextWorldEnv:
             raise RuntimeError("TextWorldEnv.step called on a finished episode; call reset() first")
         if not isinstance(action, str):
             raise TypeError(f"action must be str, got {type(action).__name__}")
-        # One line only: a newline inside the string would feed the interpreter several commands in one step.
-        command = " ".join(action.split())
+        command = game_command(action)
         invalid = command.lower() not in self._admissible
         with warnings.catch_warnings():
             # jericho cuts commands longer than its input buffer and warns; such a string is invalid anyway.
