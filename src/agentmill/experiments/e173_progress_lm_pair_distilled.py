@@ -131,10 +131,13 @@ def load_candidate_lm(spec: str) -> Any:
     return load_lm(spec)
 
 
-def build_pair(spec: str, *, temperature: float, one_shot: bool, lr: float, record: bool = False) -> Pair:
+def build_pair(spec: str, *, temperature: float, one_shot: bool, lr: float, record: bool = False,
+               memo: int = 256) -> Pair:
     """``hf:NAME`` → ``HFPair(NAME, adapter="new")``: policy = base + a fresh LoRA (B = 0, so π_θ = π_ref at the
     start; spec §6.3 defaults r = 8, α = 16, q/v projections), reference = the same weights with the adapter off.
-    ``tiny:SPEC`` → two copies of the same tiny model (same seed, so again π_θ = π_ref at the start)."""
+    ``tiny:SPEC`` → two copies of the same tiny model (same seed, so again π_θ = π_ref at the start).
+    ``memo``: memoised states per policy (``CandidatePolicy``); a tiny KeyDoor has few distinct states, so a memo
+    that holds them all makes re-visits and re-scoring free."""
     from agentmill.lm.policy import CandidatePolicy, LoRACandidatePolicy
 
     render = render_for(one_shot)
@@ -143,12 +146,13 @@ def build_pair(spec: str, *, temperature: float, one_shot: bool, lr: float, reco
 
         pair = HFPair(spec[len("hf:"):], adapter="new", threads=1)
         pol = LoRACandidatePolicy(pair.policy, pair.trainable_parameters(), render, temperature, lr=lr,
-                                  record=record)
-        return Pair(pol, CandidatePolicy(pair.reference, render, temperature, record=False), spec, pair)
+                                  record=record, memo=memo)
+        return Pair(pol, CandidatePolicy(pair.reference, render, temperature, record=False, memo=memo), spec, pair)
     if spec.startswith("tiny:"):
         lm = load_candidate_lm(spec)
-        pol = LoRACandidatePolicy(lm, list(lm.model.parameters()), render, temperature, lr=lr, record=record)
-        return Pair(pol, CandidatePolicy(load_candidate_lm(spec), render, temperature, record=False), spec)
+        pol = LoRACandidatePolicy(lm, list(lm.model.parameters()), render, temperature, lr=lr, record=record,
+                                  memo=memo)
+        return Pair(pol, CandidatePolicy(load_candidate_lm(spec), render, temperature, record=False, memo=memo), spec)
     raise ValueError(f"P-6 pairs are built from 'hf:NAME' or 'tiny:SPEC', got {spec!r}")
 
 
