@@ -43,13 +43,18 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Message:
-    """One chat turn. ``tool_call_id`` links a ``tool`` message to the call it answers."""
+    """One chat turn. ``tool_call_id`` links a ``tool`` message to the call it answers.
+
+    ``meta`` is harness bookkeeping (e.g. ConstraintRot's ``origin``/``trusted``/``step`` labels): it is not part of
+    the conversation, so :meth:`to_dict` (what a model or an API sees) leaves it out and equality ignores it.
+    """
 
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
