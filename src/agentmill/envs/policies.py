@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.pg import pg_inputs
 from agentmill.core.types import StepTable
 
 StateKey = Callable[[str, Mapping[str, Any]], Hashable]
@@ -224,24 +225,8 @@ def pg_step(policy: _SoftmaxPolicy, steps: StepTable, advantages: np.ndarray, lr
     All gradients are taken at the current parameters, then applied together. Returns diagnostics: the number of
     rows, the mean |A| and the L2 norm of the per-candidate logit gradients.
     """
-    adv = np.asarray(advantages, dtype=np.float64)
-    if adv.shape != (len(steps),):
-        raise ValueError(f"advantages must have shape ({len(steps)},), got {adv.shape}")
-    if not np.all(np.isfinite(adv)):
-        raise ValueError("advantages must be finite")
-    if kl_coef < 0:
-        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-    if kl_coef > 0 and ref is None:
-        raise ValueError("kl_coef > 0 needs a reference policy (ref=)")
+    adv, n = pg_inputs(steps, advantages, kl_coef=kl_coef, ref=ref, normalize=normalize)
     rows = _rows(steps)
-    if normalize == "rows":
-        n = len(rows)
-    elif normalize == "trajectories":
-        n = steps.n_trajectories
-    elif normalize == "none":
-        n = 1
-    else:
-        raise ValueError(f"normalize must be 'rows', 'trajectories' or 'none', got {normalize!r}")
     updates = []
     sq = 0.0
     for (obs, info, a, cands), A in zip(rows, adv):

@@ -41,7 +41,7 @@ from agentmill.envs.keydoor import KeyDoorConfig, layouts
 from agentmill.envs.rollout import collect_groups
 from agentmill.experiments.e165_g2po_advantage_quality import ESTIMATORS, KEY, PAPER, KeyDoorFactory
 from agentmill.experiments.e165_g2po_advantage_quality import _arm as score_arm  # G-3's scoring, reused as is
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.methods.g2po import g2po_advantages
 
 
@@ -159,7 +159,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     finally:
         torch.set_num_threads(threads)
     if not s.judged:
-        out = {(f"{k}_observed" if k in CLAIM_METRICS else k): v for k, v in out.items()}
+        out = unjudged(out, CLAIM_METRICS)
     return out
 
 

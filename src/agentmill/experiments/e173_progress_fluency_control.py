@@ -27,7 +27,7 @@ from agentmill.core.stats import Estimate, auroc, cluster_bootstrap
 from agentmill.envs.keydoor import layouts
 from agentmill.experiments import e173_progress_keydoor_grader as p4
 from agentmill.experiments.e173_progress_exactness import PAPER
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.methods.progress_advantage.train import kl_pg_exact
 
 
@@ -128,7 +128,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["p5"] = curve
     ctx.data["seconds"] = time.perf_counter() - t0
     if not s.judged:
-        out = {(f"{k}_observed" if k == "auroc_gap_progress_logprob" else k): v for k, v in out.items()}
+        out = unjudged(out, ("auroc_gap_progress_logprob",))
     return out
 
 

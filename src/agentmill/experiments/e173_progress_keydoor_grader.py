@@ -56,7 +56,7 @@ from agentmill.core.tabular_mdp import TabularMDP, soft_advantage, soft_value_it
 from agentmill.core.types import DEAD_END_DISTANCE
 from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
 from agentmill.experiments.e173_progress_exactness import PAPER
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.methods.progress_advantage import attribute_failure, best_of_n, tabular_progress_advantage
 from agentmill.methods.progress_advantage.train import kl_pg_exact
 
@@ -425,7 +425,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["seconds"] = time.perf_counter() - t_start
     if not s.judged:
         claim_metrics = {c.metric for c in CLAIMS}
-        out = {(f"{k}_observed" if k in claim_metrics else k): v for k, v in out.items()}
+        out = unjudged(out, claim_metrics)
     return out
 
 

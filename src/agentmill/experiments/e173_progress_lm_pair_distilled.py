@@ -41,7 +41,7 @@ from agentmill.core.stats import Estimate, cluster_bootstrap
 from agentmill.core.tabular_mdp import soft_value_iteration
 from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
 from agentmill.experiments.e173_progress_exactness import PAPER
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
 TINY_WORLD = KeyDoorConfig(n_rooms=3, n_locks=1, n_distractors=0, trap=True, droppable=False,
                            include_feedback=False, max_steps=20)
@@ -247,7 +247,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     finally:
         torch.set_num_threads(threads)
     if not s.judged:
-        out = {(f"{k}_observed" if k in CLAIM_METRICS else k): v for k, v in out.items()}
+        out = unjudged(out, CLAIM_METRICS)
     return out
 
 

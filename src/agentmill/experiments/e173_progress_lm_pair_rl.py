@@ -39,7 +39,7 @@ from agentmill.envs.keydoor import KeyDoorEnv, layouts
 from agentmill.experiments.e173_progress_exactness import PAPER
 from agentmill.experiments.e173_progress_lm_pair_distilled import (TINY_QUICK, TINY_WORLD, build_pair,
                                                                    load_candidate_lm, render_for)
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     finally:
         torch.set_num_threads(threads)
     if not s.judged:
-        out = {(f"{k}_observed" if k in CLAIM_METRICS else k): v for k, v in out.items()}
+        out = unjudged(out, CLAIM_METRICS)
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -172,6 +172,15 @@ class Experiment:
         if profile == "smoke":
             return {c.id: "not_judged" for c in self.claims}
         return {c.id: c.judge(metrics.get(c.metric)) for c in self.claims}
+
+
+def unjudged(out: Mapping[str, Any], metrics: Collection[str]) -> dict[str, Any]:
+    """``out`` with each claim metric in ``metrics`` renamed ``<metric>_observed``.
+
+    A run that cannot judge its claims (an untrained stand-in model in a quick profile) still records the numbers;
+    without their claim names no verdict is computed from them.
+    """
+    return {(f"{k}_observed" if k in metrics else k): v for k, v in out.items()}
 
 
 def parse_overrides(setup: Any, overrides: Mapping[str, str], *, where: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.pg import pg_inputs
 from agentmill.core.types import Message, StepTable
 from agentmill.lm.base import LMError, MissingExtraError, Prompt
 
@@ -417,16 +418,6 @@ def _table_rows(steps: StepTable) -> list[tuple[str, Mapping[str, Any], str, tup
     return [(steps.obs[i], steps.info[i], steps.action[i], steps.candidates[i]) for i in range(len(steps))]
 
 
-def _normaliser(steps: StepTable, normalize: str) -> int:
-    if normalize == "rows":
-        return len(steps)
-    if normalize == "trajectories":
-        return steps.n_trajectories
-    if normalize == "none":
-        return 1
-    raise ValueError(f"normalize must be 'rows', 'trajectories' or 'none', got {normalize!r}")
-
-
 class LoRACandidatePolicy(CandidatePolicy):
     """A :class:`CandidatePolicy` whose ``parameters`` are trained with AdamW (spec §6.4: lr 1e-4).
 
@@ -499,16 +490,7 @@ class LoRACandidatePolicy(CandidatePolicy):
         """
         torch = _torch()
         t0 = time.perf_counter()
-        adv = np.asarray(advantages, dtype=np.float64)
-        if adv.shape != (len(steps),):
-            raise ValueError(f"advantages must have shape ({len(steps)},), got {adv.shape}")
-        if not np.all(np.isfinite(adv)):
-            raise ValueError("advantages must be finite")
-        if kl_coef < 0:
-            raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-        if kl_coef > 0 and ref is None:
-            raise ValueError("kl_coef > 0 needs a reference policy (ref=)")
-        n = _normaliser(steps, normalize)
+        adv, n = pg_inputs(steps, advantages, kl_coef=kl_coef, ref=ref, normalize=normalize)
         total = 0.0
         self.optimizer.zero_grad(set_to_none=True)
         for r, (obs, info, action, cands_) in enumerate(_table_rows(steps)):
