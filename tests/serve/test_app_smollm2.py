@@ -1,6 +1,6 @@
 """Load test on the embedded SmolLM2 (issue 5's bar for the server): 8 concurrent streaming chat clients, zero
 failed requests, each greedy output identical to decoding that request alone — with plain decoding and with the
-shipped DSpark drafter under the dspark-async scheduler."""
+shipped DSpark drafter under the dspark-async scheduler; and one tool call through the real chat template."""
 
 from __future__ import annotations
 
@@ -57,3 +57,31 @@ def test_concurrent_streaming_clients_match_single_request_greedy(mode):
         alone = eng.generate([ids], SamplingParams(temperature=0, max_tokens=24))[0]
         assert g == tok.decode(alone, skip_special_tokens=True)
         assert g.strip()
+
+
+def test_named_tool_choice_on_smollm2_gives_tool_calls():
+    """The real template renders role ``tool`` natively, and a named ``tool_choice`` (prefilled ``CALL <name>``,
+    plus the tool prompt's one-shot example) makes greedy SmolLM2 write a JSON call that comes back as
+    ``tool_calls`` (measured: ``CALL get_weather {"city": "Paris"}``)."""
+    import json
+
+    from agentmill.serve.app import template_renders_tool_role
+
+    eng = LlamaEngine.smollm2_135m(EngineConfig(threads=1))
+    assert template_renders_tool_role(eng.tokenizer)
+    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=1)).start()
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    try:
+        with serve(create_app(loop, served_model_name="smollm2-135m")) as url:
+            c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=300)
+            r = c.chat.completions.create(
+                model="smollm2-135m", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                max_tokens=16, temperature=0)
+    finally:
+        loop.stop()
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and m.content is None
+    assert m.tool_calls[0].function.name == "get_weather"
+    assert json.loads(m.tool_calls[0].function.arguments) == {"city": "Paris"}

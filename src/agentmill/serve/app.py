@@ -1,6 +1,16 @@
 """The OpenAI-compatible HTTP server (dspark spec §6.4): ``/v1/chat/completions`` and ``/v1/completions`` with SSE
 streaming, ``/v1/models``, ``/health`` and Prometheus ``/metrics``, over a ``BatchingLoop``.
 
+Chat requests may carry OpenAI ``tools``/``tool_choice``/``parallel_tool_calls`` and ``tool`` / ``tool_calls``
+messages (constraint-rot spec §6.4: LangChain and the OpenAI Agents SDK drive this server): the tool list is
+rendered into the system prompt and the generated text parsed back into ``message.tool_calls`` by
+``agentmill.serve.tools`` (formats documented there). A ``required`` or named ``tool_choice`` starts the assistant
+turn with ``CALL`` / ``CALL <name>``. With tools and ``stream=true`` the whole generation is buffered and sent at
+the end, as tool-call deltas (one chunk with id and name, one with the arguments, per call) or as one content
+delta, since a call cannot be told from text before it is complete. Output that looks like a call but names an
+undeclared tool or has unparseable arguments is returned as plain content and counted in
+``agentmill_tool_call_parse_failures_total{reason}``.
+
 Handlers are asyncio; the engine runs in the loop's worker thread. Events cross over with
 ``call_soon_threadsafe`` into a per-request ``asyncio.Queue``. A client that disconnects mid-stream aborts its
 request, which frees its KV at the next step boundary. Malformed requests get OpenAI-style JSON errors (4xx).
@@ -16,8 +26,10 @@ from typing import Any
 
 from agentmill.lm.engine import SamplingParams
 from agentmill.serve.loop import BatchingLoop
+from agentmill.serve.tools import ParsedOutput, ToolRequest, ToolRequestError, parse_tool_call, parse_tool_request, \
+    template_messages
 
-UNSUPPORTED = ("tools", "functions", "tool_choice", "response_format", "logprobs", "top_logprobs")
+UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs")
 
 
 class RequestError(Exception):
@@ -64,26 +76,45 @@ def sampling_from(body: dict[str, Any]) -> SamplingParams:
         raise RequestError(str(e)) from None
 
 
-def render_chat(tokenizer: Any, messages: Any) -> list[int]:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list", "messages")
-    clean = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-            raise RequestError(f"messages[{i}]: role must be system, user or assistant", f"messages[{i}].role")
-        c = m.get("content")
-        if isinstance(c, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in c):
-                raise RequestError(f"messages[{i}]: only text content parts are supported", f"messages[{i}]")
-            c = "".join(p.get("text", "") for p in c)
-        if not isinstance(c, str):
-            raise RequestError(f"messages[{i}]: content must be a string or text parts", f"messages[{i}]")
-        clean.append({"role": m["role"], "content": c})
+def template_renders_tool_role(tokenizer: Any) -> bool:
+    """Whether the chat template renders a ``tool`` message's content (ChatML renders any role; templates that
+    raise on or drop unknown roles do not), so tool results can keep their role."""
+    probe = "agentmill-tool-role-probe"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "tool", "content": probe}],
+                                             add_generation_prompt=True, tokenize=False)
+    except Exception:  # noqa: BLE001 - jinja raise_exception, KeyError, ...: any failure means "not supported"
+        return False
+    return isinstance(text, str) and probe in text
+
+
+def render_chat(tokenizer: Any, messages: Any, tools: ToolRequest | None = None, *, tool_role: bool = True
+                ) -> list[int]:
+    """Token ids of the chat prompt; with ``tools`` the tool list is in the system message and the assistant turn
+    starts with ``tools.prefill``."""
+    try:
+        clean = template_messages(messages, tools, tool_role=tool_role)
+    except ToolRequestError as e:
+        raise RequestError(str(e), e.param) from None
     # The template is used as shipped: SmolLM2's injects a default system message when none is given.
     ids = tokenizer.apply_chat_template(clean, add_generation_prompt=True, tokenize=True)
     if hasattr(ids, "keys"):            # transformers 5 returns a BatchEncoding
         ids = ids["input_ids"]
-    return [int(t) for t in ids]
+    ids = [int(t) for t in ids]
+    if tools is not None and tools.prefill:
+        ids += [int(t) for t in tokenizer.encode(tools.prefill, add_special_tokens=False)]
+    return ids
+
+
+def tool_message(parsed: ParsedOutput, tools: ToolRequest, finish_reason: str) -> tuple[dict[str, Any], str]:
+    """The assistant message and finish reason for a parsed generation (``tool_calls`` → ``content: null``)."""
+    calls = parsed.calls if tools.parallel else parsed.calls[:1]
+    if not calls:
+        return {"role": "assistant", "content": parsed.text}, finish_reason
+    return ({"role": "assistant", "content": None,
+             "tool_calls": [{"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+                             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                            for c in calls]}, "tool_calls")
 
 
 def render_completion(tokenizer: Any, body: dict[str, Any]) -> list[int]:
@@ -116,6 +147,7 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                             threads=loop.target.engine_config.threads)
     created = int(time.time())
     vocab = loop.target.vocab_size
+    tool_role = template_renders_tool_role(loop.tok)
 
     def err(e: RequestError) -> JSONResponse:
         return JSONResponse(_error_body(e.message, e.kind, e.param), status_code=e.status)
@@ -138,7 +170,7 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
         return body
 
     async def run(prompt: list[int], params: SamplingParams, request: Request, chat: bool, stream: bool,
-                  include_usage: bool) -> Any:
+                  include_usage: bool, tools: ToolRequest | None = None) -> Any:
         if any(t < 0 or t >= vocab for t in prompt):
             raise RequestError(f"token ids must be in [0, {vocab})", "prompt")
         aloop = asyncio.get_running_loop()
@@ -158,6 +190,19 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
         def record(done: dict[str, Any]) -> None:
             metrics.observe_request(done)
 
+        def answer(text: str, finish_reason: str) -> tuple[dict[str, Any], str]:
+            """The tool-aware assistant message for a finished generation (``tools`` active)."""
+            assert tools is not None
+            parsed = parse_tool_call(tools.prefill + text, [t.name for t in tools.offered])
+            failure = parsed.failure or (None if parsed.calls or tools.choice == "auto" else "missing_call")
+            if failure:
+                metrics.tool_parse_failures.labels(reason=failure).inc()
+            message, finish = tool_message(parsed, tools, finish_reason)
+            metrics.tool_calls.inc(len(message.get("tool_calls") or ()))
+            return message, finish
+
+        use_tools = chat and tools is not None and tools.active
+
         if not stream:
             text = []
             while True:
@@ -169,8 +214,9 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                 else:
                     record(ev)
                     content = "".join(text)
-                    choice = ({"index": 0, "message": {"role": "assistant", "content": content},
-                               "finish_reason": ev["finish_reason"], "logprobs": None} if chat else
+                    message, finish = (answer(content, ev["finish_reason"]) if use_tools else
+                                       ({"role": "assistant", "content": content}, ev["finish_reason"]))
+                    choice = ({"index": 0, "message": message, "finish_reason": finish, "logprobs": None} if chat else
                               {"index": 0, "text": content, "finish_reason": ev["finish_reason"], "logprobs": None})
                     return JSONResponse({"id": cid, "object": obj, "created": int(time.time()),
                                          "model": served_model_name, "choices": [choice], "usage": usage(ev)})
@@ -186,14 +232,31 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
             return "data: " + json.dumps({"id": cid, "object": chunk_obj, "created": int(time.time()),
                                           "model": served_model_name, "choices": [choice]}) + "\n\n"
 
+        def tool_chunks(message: dict[str, Any]) -> list[str]:
+            """A buffered tool-aware answer as deltas: per call one chunk with id/type/name and empty arguments, then
+            one with the arguments (OpenAI's own sequence, which clients accumulate by ``index``)."""
+            if not message.get("tool_calls"):
+                return [chunk({"content": message["content"]}, None)] if message["content"] else []
+            out = []
+            for i, tc in enumerate(message["tool_calls"]):
+                out.append(chunk({"tool_calls": [{"index": i, "id": tc["id"], "type": "function",
+                                                  "function": {"name": tc["function"]["name"], "arguments": ""}}]},
+                                 None))
+                out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": tc["function"]["arguments"]}}]},
+                                 None))
+            return out
+
         async def events():
             finished = False
+            buffered: list[str] = []
             try:
                 if chat:
                     yield chunk({"role": "assistant", "content": ""}, None)
                 while True:
                     ev = await q.get()
-                    if ev["type"] == "delta":
+                    if ev["type"] == "delta" and use_tools:
+                        buffered.append(ev["text"])
+                    elif ev["type"] == "delta":
                         yield chunk({"content": ev["text"]} if chat else ev["text"], None)
                     elif ev["type"] == "error":
                         finished = True
@@ -202,7 +265,12 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                     else:
                         finished = True
                         record(ev)
-                        yield chunk({} if chat else "", ev["finish_reason"])
+                        finish = ev["finish_reason"]
+                        if use_tools:
+                            message, finish = answer("".join(buffered), finish)
+                            for c in tool_chunks(message):
+                                yield c
+                        yield chunk({} if chat else "", finish)
                         if include_usage:
                             yield "data: " + json.dumps({"id": cid, "object": chunk_obj, "created": int(time.time()),
                                                          "model": served_model_name, "choices": [],
@@ -239,9 +307,14 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
     async def chat(request: Request) -> Any:
         body = await parse(request)
         params = sampling_from(body)
-        prompt = render_chat(loop.tok, body.get("messages"))
+        try:
+            tools = parse_tool_request(body)
+        except ToolRequestError as e:
+            raise RequestError(str(e), e.param) from None
+        prompt = render_chat(loop.tok, body.get("messages"), tools, tool_role=tool_role)
         so = body.get("stream_options") or {}
-        return await run(prompt, params, request, True, bool(body.get("stream")), bool(so.get("include_usage")))
+        return await run(prompt, params, request, True, bool(body.get("stream")), bool(so.get("include_usage")),
+                         tools)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:

@@ -21,6 +21,12 @@ class ServerMetrics:
         self.spec_tau = Gauge("agentmill_spec_acceptance_length_mean",
                               "mean tokens committed per round (incl. the bonus/replacement)", registry=r)
         self.ttft = Histogram("agentmill_time_to_first_token_seconds", "time to first token", registry=r)
+        self.tool_calls = Counter("agentmill_tool_calls", "tool calls returned to clients", registry=r)
+        self.tool_parse_failures = Counter(
+            "agentmill_tool_call_parse_failures",
+            "generations with tools that yielded no valid call: undeclared_tool, bad_arguments, bad_format "
+            "(returned as text) or missing_call (tool_choice required/named but the model answered in text)",
+            ["reason"], registry=r)
         self.request_seconds = Histogram("agentmill_request_seconds", "request latency", registry=r)
         Info("agentmill", "server configuration", registry=r).info(
             {"policy": policy, "dtype": dtype, "threads": str(threads)})
