@@ -2,17 +2,13 @@ from __future__ import annotations
 
 import mailbox
 import time
-from pathlib import Path
-
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip("aiosmtpd")
-pytest.importorskip("icalendar")
-
-from agentmill.core.types import ToolCall  # noqa: E402
-from agentmill.envs.office import OfficeSandbox, SandboxState, ToolResult  # noqa: E402
+from agentmill.core.types import ToolCall
+from agentmill.envs.office import OfficeSandbox, SandboxState, ToolResult
 
 
 @pytest.fixture(scope="module")
