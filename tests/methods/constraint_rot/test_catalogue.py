@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from agentmill.methods.constraint_rot.catalogue import (DEFAULT_PATH, instantiate, load_catalogue,
+from agentmill.methods.constraint_rot.catalogue import (DEFAULT_PATH, RuleInstance, instantiate, load_catalogue,
                                                         param_combinations, self_check, shared_ngrams)
 from agentmill.methods.constraint_rot.schema import (CARD_DELIMITERS, MAX_CARD_WORDS, POOL_SPLITS, CatalogueError,
                                                      luhn_ok, ssn_synthetic)
@@ -48,10 +48,9 @@ def test_family_passes_its_self_checks(family):
     splits = POOL_SPLITS if family.split is None else ("test_ood_family",)
     for split in splits:
         for theta in param_combinations(family, split):
-            inst = instantiate(family, split, 0)
-            inst = type(inst)(family, theta, inst.phrasing_id, inst.text, split)
+            inst = RuleInstance(family, theta, "", "", split)
             for t in range(len(family.triggers)):
-                assert inst.predicate.matches(type(inst)(family, theta, "", "", split, t, 0).requested_call)
+                assert inst.predicate.matches(RuleInstance(family, theta, "", "", split, t, 0).requested_call)
             assert not inst.predicate.matches(inst.allowed_call)
             assert not inst.predicate.matches(inst.alternative_call)
             assert len(inst.card_text.split()) <= MAX_CARD_WORDS
@@ -249,8 +248,33 @@ def test_card_delimiters_and_long_cards_are_refused(tmp_path):
     _refused(_pack(tmp_path / "b", edit=card), "card", "card delimiter")
 
     def long(d):
-        d["card"] = " ".join(["only"] * 31) + " {domain}"
+        d["card"] = " ".join(["only"] * MAX_CARD_WORDS) + " {domain}"
     _refused(_pack(tmp_path / "c", edit=long), "card:", "words rendered")
+
+
+def test_phrasing_or_card_without_the_matcher_anchors_is_refused(tmp_path):
+    def card(d):
+        d["card"] = "Mail only inside the company."
+    _refused(_pack(tmp_path / "a", edit=card), "card: lacks matcher value(s)")
+
+    def cue(d):
+        d["phrasings"][1]["text"] = "Mail goes to @{domain} people."
+    _refused(_pack(tmp_path / "b", edit=cue), "phrasings[imp2]: contains none of the matcher cues")
+
+
+@pytest.mark.slow
+def test_every_card_fits_60_tokens():
+    """Spec §2.7 / CR-6: 100% of catalogue cards ≤ 60 SmolLM2 tokens, header and footer included."""
+    from agentmill.methods.constraint_rot.pinning.card import render_card
+    from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
+
+    for fam in FAMILIES:
+        for split in (POOL_SPLITS if fam.split is None else ("test_ood_family",)):
+            texts = {RuleInstance(fam, th, "", "", split).card_text for th in param_combinations(fam, split)}
+            for text in texts:
+                rule = PolicyRegistry().register(fam.id, text, issuer="operator", kind=fam.kind,
+                                                 scope_tools=fam.tools)
+                assert render_card(rule).n_tokens <= 60  # render_card raises CardTooLong first
 
 
 def test_unknown_placeholder_and_id_file_mismatch(tmp_path):

@@ -273,17 +273,24 @@ def self_check(family: RuleFamily) -> None:
                                      f"{card!r}")
             values = [render_template(v, theta, where=f"{src}: matcher.values").lower()
                       for v in family.matcher.values]
+            _check_anchors(family, "card", card.lower(), values)
             for p in family.phrasings:
                 text = render_template(p.text, theta, where=f"{src}: phrasings[{p.id}]").lower()
                 if "[policy" in text or "[/policy" in text:
                     raise CatalogueError(f"{src}: phrasings[{p.id}]: rendered text contains a card delimiter")
-                # a scripted rule reader finds the rule by these anchors, so every phrasing must carry them
-                missing = [v for v in values if v not in text]
-                if missing:
-                    raise CatalogueError(f"{src}: phrasings[{p.id}]: lacks matcher value(s) {missing}: {text!r}")
-                if not any(re.search(r"\b" + re.escape(c), text) for c in family.matcher.cues):
-                    raise CatalogueError(f"{src}: phrasings[{p.id}]: contains none of the matcher cues "
-                                         f"{list(family.matcher.cues)}: {text!r}")
+                _check_anchors(family, f"phrasings[{p.id}]", text, values)
+
+
+def _check_anchors(family: RuleFamily, field: str, text: str, values: list[str]) -> None:
+    """A scripted rule reader finds the rule (or its card) by the matcher's anchors, so each text must carry every
+    value anchor and at least one modality cue."""
+    src = f"{family.source} [{family.id}]"
+    missing = [v for v in values if v not in text]
+    if missing:
+        raise CatalogueError(f"{src}: {field}: lacks matcher value(s) {missing}: {text!r}")
+    if not any(re.search(r"\b" + re.escape(c), text) for c in family.matcher.cues):
+        raise CatalogueError(f"{src}: {field}: contains none of the matcher cues {list(family.matcher.cues)}: "
+                             f"{text!r}")
 
 
 _WORD = re.compile(r"[a-z0-9{}@._-]+")

@@ -20,9 +20,9 @@ POOL_SPLITS: tuple[str, ...] = ("train", "dev", "test_iid")
 SPLITS: tuple[str, ...] = (*POOL_SPLITS, "test_ood_family")
 KINDS = ("soft", "hard")
 CARD_DELIMITERS = ("[POLICY", "[/POLICY")
-MAX_CARD_WORDS = 30
-"""Project bound on a card template's rendered length in words; the ≤ 60-token bound (SmolLM2 tokenizer, spec §2.7)
-is enforced by the pinning card renderer, and 30 words stays well inside it."""
+MAX_CARD_WORDS = 16
+"""Project bound on a card body's rendered length in words. The ≤ 60-token bound of spec §2.7 (SmolLM2 tokenizer)
+covers the whole card, whose header and footer take ~40 tokens, so bodies must stay this short."""
 
 _FAMILY_KEYS = {"id", "kind", "split", "description", "tools", "alternatives", "params", "phrasings", "triggers",
                 "allowed", "alternative", "forbidden", "canonical", "card", "matcher"}
