@@ -148,3 +148,25 @@ def test_whitebox_hooks_logprobs_and_generation() -> None:
     assert len(batch) == 4 and all(len(c.token_ids) == len(c.logprobs) <= 12 for c in batch)
     greedy = GenerateConfig(max_new_tokens=8, temperature=0)
     assert lm.generate(["hi"], greedy)[0].text == lm.generate(["hi"], greedy)[0].text
+
+
+def test_repeated_ngram_bans_by_hand() -> None:
+    from agentmill.lm.decoding import repeated_ngram_bans
+
+    assert repeated_ngram_bans([1, 2, 3, 1, 2], 3) == [3]  # "1 2 3" exists, the tail is "1 2"
+    assert repeated_ngram_bans([1, 2, 3, 1, 2], 4) == []  # no earlier "3 1 2 ?"
+    assert repeated_ngram_bans([5, 5, 5], 2) == [5]
+    assert repeated_ngram_bans([7, 8], 1) == [7, 8]
+    assert repeated_ngram_bans([1, 2], 0) == [] and repeated_ngram_bans([1], 3) == []
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        GenerateConfig(no_repeat_ngram_size=-1)
+
+
+def test_no_repeat_ngram_generation_never_repeats_an_ngram_it_generated() -> None:
+    lm = ScriptedWhiteBoxLM()
+    free = lm.generate(["hi"], GenerateConfig(max_new_tokens=40, temperature=0))[0].token_ids
+    grams = [tuple(free[i:i + 3]) for i in range(len(free) - 2)]
+    assert len(set(grams)) < len(grams)  # greedy on the bigram table loops: the ban has work to do
+    ids = lm.generate(["hi"], GenerateConfig(max_new_tokens=40, temperature=0, no_repeat_ngram_size=3))[0].token_ids
+    grams = [tuple(ids[i:i + 3]) for i in range(len(ids) - 2)]
+    assert len(set(grams)) == len(grams) == 38  # 40 tokens, not one 3-gram twice

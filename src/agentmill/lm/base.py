@@ -58,6 +58,11 @@ class GenerateConfig:
     """Seed for reproducible sampling; None draws fresh entropy."""
     n: int = 1
     """Completions per prompt (returned consecutively: prompt 0's n, then prompt 1's, ...)."""
+    no_repeat_ngram_size: int = 0
+    """> 0: never generate a token that would repeat an n-gram of this size **within the generated tokens** (0 = off).
+    Unlike transformers' option of the same name, the prompt does not count: a summariser must be free to quote
+    its input verbatim, and only its own loops are banned. Applied by the local decoders (``hf:``, ``scripted:``
+    white-box); ``openai:`` endpoints decode remotely and ignore it."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -68,6 +73,8 @@ class GenerateConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,16 @@ def sample_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.r
     return tok, float(logp[tok])
 
 
+def repeated_ngram_bans(tokens: list[int], n: int) -> list[int]:
+    """Tokens that would complete an n-gram already present in ``tokens`` (their last n − 1 tokens as prefix)."""
+    if n <= 0 or len(tokens) < n - 1:
+        return []
+    if n == 1:
+        return sorted(set(tokens))
+    prefix = tuple(tokens[len(tokens) - n + 1:])
+    return sorted({tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tuple(tokens[i:i + n - 1]) == prefix})
+
+
 def advance_batch(lm: Any, cache: Any, mask: Any, next_pos: Any, step: list[int], active: list[int],
                   finish: list[Any]) -> tuple[Any, np.ndarray, Any, Any, list[int]] | None:
     """One step of a left-padded decode loop: drop the rows that just finished (``finish[r]`` set) from the cache
@@ -99,6 +109,9 @@ def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]],
     while active:
         step = []
         for k, r in enumerate(active):
+            banned = repeated_ngram_bans(toks[r], cfg.no_repeat_ngram_size)
+            if banned:
+                logits[k, banned] = -np.inf
             tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, rngs[r])
             toks[r].append(tok)
             lps[r].append(lp)

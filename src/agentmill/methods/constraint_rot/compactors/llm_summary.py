@@ -13,9 +13,8 @@ This is what harness auto-compaction does (LangChain ``SummarizationMiddleware``
    ``running`` folds a prior summary in: when the received messages contain a summary message, the prompt asks
    to *extend* that summary with the newer messages.
 4. **Decode.** One greedy chat call, ``max_new_tokens = ceil(ratio · input_tokens)`` (at least 32), where
-   ``input_tokens`` counts the received messages with ``counter``. ``no_repeat_ngram_size=4`` is asked for only
-   when the LM layer's ``GenerateConfig`` has such a field (SmolLM2 loops without it [I]); today it has none, so
-   ``details["no_repeat_ngram_size"]`` is None and the spec's setting is not applied.
+   ``input_tokens`` counts the received messages with ``counter``. ``no_repeat_ngram_size=4`` over the generated
+   tokens (SmolLM2 loops without it [I]; the prompt does not count, so the rule can still be quoted verbatim).
 5. **Insert.** ``sectioned*`` outputs lose their private ``<analysis>`` scratchpad (and keep only the
    ``<summary>`` body when one is tagged). The summary enters as one user-role message labelled
    ``origin="summary"``, ``trusted=False``: with the announcing prefix ``base.SUMMARY_PREFIX`` for
@@ -44,7 +43,7 @@ import importlib
 import importlib.metadata
 import math
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 from importlib.resources import files
 from typing import Any, Literal
 
@@ -196,8 +195,7 @@ class LLMSummary(BaseCompactor):
         self.prompt_sha = hashlib.sha256(self.template.encode()).hexdigest()
         self.lm, self.style, self.ratio, self.keep_last = lm, style, float(ratio), keep_last
         self.trim_input_tokens, self.cache, self.calls = trim_input_tokens, cache, 0
-        self.no_repeat_ngram_size = (NO_REPEAT_NGRAM if "no_repeat_ngram_size" in
-                                     {f.name for f in fields(GenerateConfig)} else None)
+        self.no_repeat_ngram_size = NO_REPEAT_NGRAM
         self.name = f"llm_summary:{style}"
         counter = as_counter(counter)
         super().__init__(counter, lm=getattr(lm, "spec", type(lm).__name__), style=style, ratio=self.ratio,
@@ -225,8 +223,8 @@ class LLMSummary(BaseCompactor):
         return max(MIN_NEW_TOKENS, math.ceil(round(self.ratio * input_tokens, 9)))
 
     def _generate(self, prompt: str, max_new: int) -> dict[str, Any]:
-        extra = {} if self.no_repeat_ngram_size is None else {"no_repeat_ngram_size": self.no_repeat_ngram_size}
-        config = GenerateConfig(max_new_tokens=max_new, temperature=0.0, **extra)
+        config = GenerateConfig(max_new_tokens=max_new, temperature=0.0,
+                                no_repeat_ngram_size=self.no_repeat_ngram_size)
         self.calls += 1
         c = self.lm.generate([[Message("user", prompt)]], config)[0]
         return {"raw": c.text, "finish_reason": c.finish_reason, "completion_tokens": c.completion_tokens}
