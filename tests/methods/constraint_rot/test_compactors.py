@@ -209,3 +209,13 @@ def test_bad_config_raises(make):
 def test_keep_last_below_one_raises(comp):
     with pytest.raises(ValueError, match="keep_last"):
         comp.compact(context(), keep_last=0)
+
+
+def test_prefix_sentences_drop_every_summary_preface():
+    from agentmill.core.types import Message
+    from agentmill.methods.constraint_rot.compactors.base import (CONTINUATION_PREFACE, HANDOFF_PREFACE,
+                                                                 SUMMARY_PREFIX, prefix_sentences)
+
+    msgs = [Message("user", f"{p}\nOnly mail acme.com addresses.") for p in
+            (SUMMARY_PREFIX, HANDOFF_PREFACE, CONTINUATION_PREFACE)]
+    assert [s for _, s in prefix_sentences(msgs, 0, 3)] == ["Only mail acme.com addresses."] * 3

@@ -22,6 +22,12 @@ from agentmill.core.types import Message
 from agentmill.methods.constraint_rot.messages import TokenCounter, as_counter, count_tokens, origin, split_sentences
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:"
+HANDOFF_PREFACE = ("An earlier model worked on this task before you; the earlier messages were removed and its "
+                   "handoff note follows. Build on it and on the messages after it.")
+"""How a ``handoff``-style summary is introduced (a checkpoint note for the next model)."""
+CONTINUATION_PREFACE = ("This session continues an earlier conversation that no longer fits in the context. "
+                        "Summary of the earlier part:")
+"""How a ``sectioned``-style summary is introduced (a continuation preface)."""
 
 
 @dataclass(frozen=True)
@@ -141,12 +147,13 @@ _BULLET = re.compile(r"^[-*\u2022]+\s*")
 
 def prefix_sentences(messages: Sequence[Message], lo: int, hi: int) -> list[tuple[int, str]]:
     """(message index, sentence) for the contents of messages[lo:hi], in order; list bullets and the summary
-    prefix line are removed so that a re-summarised summary does not accumulate them."""
+    prefix and preface sentences are removed so that a re-summarised summary does not accumulate them."""
+    harness = {s.strip() for p in (SUMMARY_PREFIX, HANDOFF_PREFACE, CONTINUATION_PREFACE) for s in split_sentences(p)}
     out = []
     for i in range(lo, hi):
         for s in split_sentences(messages[i].content):
             s = _BULLET.sub("", s).strip()
-            if s and s != SUMMARY_PREFIX:
+            if s and s not in harness:
                 out.append((i, s))
     return out
 

@@ -49,7 +49,8 @@ from typing import Any, Literal
 
 from agentmill.core.types import Message
 from agentmill.lm.base import GenerateConfig
-from agentmill.methods.constraint_rot.compactors.base import (SUMMARY_PREFIX, BaseCompactor, CompactionResult,
+from agentmill.methods.constraint_rot.compactors.base import (CONTINUATION_PREFACE, HANDOFF_PREFACE, SUMMARY_PREFIX,
+                                                             BaseCompactor, CompactionResult,
                                                              block_starts, check_keep_last, last_step,
                                                              split_prefix_tail, summary_message)
 from agentmill.methods.constraint_rot.messages import as_counter, count_tokens, message_text, origin
@@ -65,10 +66,6 @@ RUNNING_SPLIT = "\n%%\n"  # running.txt: the fresh-summary template, this line, 
 # How the summary is announced when it enters the context (spec §2.5). goal_extract/running: the fixed
 # announcing prefix of the deterministic summarisers. handoff/sectioned*: our own continuation prefaces, in the
 # manner of Codex's handoff prefix and Claude Code's "continued session" preface.
-HANDOFF_PREFACE = ("An earlier model worked on this task before you; the earlier messages were removed and its "
-                   "handoff note follows. Build on it and on the messages after it.")
-CONTINUATION_PREFACE = ("This session continues an earlier conversation that no longer fits in the context. "
-                        "Summary of the earlier part:")
 PREFACES: dict[str, str] = {"goal_extract": SUMMARY_PREFIX, "running": SUMMARY_PREFIX,
                             "handoff": HANDOFF_PREFACE, "sectioned": CONTINUATION_PREFACE,
                             "sectioned_secure": CONTINUATION_PREFACE, "constraint_aware": SUMMARY_PREFIX}
