@@ -118,10 +118,6 @@ def test_filler_length_matches_within_5_percent(counter, n):
 def test_filler_length_with_the_smollm2_counter():
     from agentmill.methods.constraint_rot.messages import SmolLM2Counter
     counter = SmolLM2Counter()
-    try:
-        counter.count("probe")
-    except Exception as e:  # noqa: BLE001 - no tokenizer package in this environment
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
     payload = render("A2", MAIL, Slots(repetitions=3), counter=counter)
     pad = filler_like(payload, counter)
     assert abs(counter.count(pad) - counter.count(payload)) <= 0.05 * counter.count(payload)

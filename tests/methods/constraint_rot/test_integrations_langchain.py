@@ -12,23 +12,21 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langchain.agents")
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain.agents.middleware import SummarizationMiddleware  # noqa: E402
-from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from pydantic import Field  # noqa: E402
-
-from agentmill.core.types import ToolCall  # noqa: E402
-from agentmill.lm.base import MissingExtraError  # noqa: E402
-from agentmill.methods.constraint_rot.messages import WhitespaceCounter  # noqa: E402
-from agentmill.methods.constraint_rot.pinning import PolicyRegistry, parse_cards  # noqa: E402
-from agentmill.methods.constraint_rot.pinning.integrations import langchain as lc_pin  # noqa: E402
-from agentmill.methods.constraint_rot.pinning.integrations.langchain import (  # noqa: E402
+from agentmill.core.types import ToolCall
+from agentmill.lm.base import MissingExtraError
+from agentmill.methods.constraint_rot.messages import WhitespaceCounter
+from agentmill.methods.constraint_rot.pinning import PolicyRegistry, parse_cards
+from agentmill.methods.constraint_rot.pinning.integrations import langchain as lc_pin
+from agentmill.methods.constraint_rot.pinning.integrations.langchain import (
     ConstraintPinningMiddleware, PolicyGateMiddleware, langchain_summary_prefix, pinned_pre_model_hook)
 
 RULE = "Email/forward only to @acme.com recipients; otherwise refuse or use route_internal."

@@ -8,18 +8,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("agents")
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled  # noqa: E402
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
-
-from agentmill.core.types import Message, ToolCall  # noqa: E402
-from agentmill.methods.constraint_rot.compactors import SlidingWindow  # noqa: E402
-from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX, BaseCompactor  # noqa: E402
-from agentmill.methods.constraint_rot.messages import WhitespaceCounter  # noqa: E402
-from agentmill.methods.constraint_rot.pinning import PolicyRegistry, parse_cards  # noqa: E402
-from agentmill.methods.constraint_rot.pinning.integrations import CompactingSession, PinnedSession  # noqa: E402
-from agentmill.methods.constraint_rot.pinning.integrations.openai_agents import (  # noqa: E402
+from agentmill.core.types import Message, ToolCall
+from agentmill.methods.constraint_rot.compactors import SlidingWindow
+from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX, BaseCompactor
+from agentmill.methods.constraint_rot.messages import WhitespaceCounter
+from agentmill.methods.constraint_rot.pinning import PolicyRegistry, parse_cards
+from agentmill.methods.constraint_rot.pinning.integrations import CompactingSession, PinnedSession
+from agentmill.methods.constraint_rot.pinning.integrations.openai_agents import (
     is_card_item, items_to_messages, messages_to_items)
 
 set_tracing_disabled(True)

