@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.envs",
     "agentmill.cli.g2po",
     "agentmill.cli.progress",
+    "agentmill.cli.constraint_rot",
 )
 
 
