@@ -1,0 +1,8 @@
+"""Actors of ConstraintRot (spec §2.10): the interface and the scripted actors used in exact tests."""
+
+from agentmill.methods.constraint_rot.actors.base import Action, Actor, ActorBrief, visible
+from agentmill.methods.constraint_rot.actors.scripted import (AlwaysComply, AlwaysRefuse, LatestInstructionWins,
+                                                              RandomActor, RuleReader, ScriptedActor)
+
+__all__ = ["Action", "Actor", "ActorBrief", "AlwaysComply", "AlwaysRefuse", "LatestInstructionWins", "RandomActor",
+           "RuleReader", "ScriptedActor", "visible"]
