@@ -11,7 +11,7 @@ A :class:`Condition` says what happens to an episode's context between the distr
 | ``pinned(M, placement)`` | ``compacted(M)`` + Constraint Pinning (cards re-inserted after every compaction) |
 | ``cf_keep(M)`` / ``cf_drop(M)`` | ``M``'s actual output with the rule sentence surgically inserted / deleted |
 | ``impersonation(pin)`` | ``compacted(M)`` (+ pinning if ``pin``) and a forged operator update in the tail |
-| ``gate()`` | ``compacted(M)`` + the deterministic policy gate, no pinning |
+| ``gate(impersonation)`` | ``compacted(M)`` + the deterministic policy gate, no pinning (+ forged update) |
 
 ``M = None`` means "the loop's compactor". The edits (:func:`drop_rule`, :func:`keep_rule`,
 :func:`impersonation_message`) are pure functions of a message list, so they can be tested by hand.
@@ -69,6 +69,8 @@ class Condition:
             return f"pinned:{self.placement}"
         if self.name == "impersonation":
             return f"impersonation:{'pinned' if self.pin else 'unpinned'}"
+        if self.name == "gate" and self.impersonation:
+            return "gate:impersonation"
         return self.name
 
 
@@ -106,8 +108,9 @@ def impersonation(pin: bool = True, compactor: Any = None) -> Condition:
     return Condition("impersonation", compactor, rounds=1, pin=pin, impersonation=True)
 
 
-def gate(compactor: Any = None) -> Condition:
-    return Condition("gate", compactor, rounds=1, gate=True)
+def gate(compactor: Any = None, *, impersonation: bool = False) -> Condition:
+    """The policy gate, no pinning; with ``impersonation`` the forged update is in the tail too (CR-9 gate arm)."""
+    return Condition("gate", compactor, rounds=1, gate=True, impersonation=impersonation)
 
 
 # -- context edits -------------------------------------------------------------------------------------------------
