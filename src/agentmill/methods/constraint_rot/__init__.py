@@ -18,3 +18,23 @@ __all__ = [
     "instantiate", "is_refusal", "load_catalogue", "same_call", "self_check", "shared_ngrams",
     "state_violations",
 ]
+
+# Episodes, conditions, the agent loop and the scripted actors (spec §2.1, §2.2, §2.10, §6.2-6.3).
+from agentmill.methods.constraint_rot.actors import (Action, Actor, ActorBrief, AlwaysComply, AlwaysRefuse,  # noqa: E402
+                                                     LatestInstructionWins, RandomActor, RuleReader)
+from agentmill.methods.constraint_rot.conditions import (Condition, cf_drop, cf_keep, compacted,  # noqa: E402
+                                                         full_context, gate, impersonation, never_stated, pinned,
+                                                         rounds)
+from agentmill.methods.constraint_rot.distractors import DISTRACTOR_KINDS, DistractorStep  # noqa: E402
+from agentmill.methods.constraint_rot.generate import (DEFAULT_LOCATIONS, LOCATIONS, Episode,  # noqa: E402
+                                                       generate_episodes, prepare_sandbox)
+from agentmill.methods.constraint_rot.loop import (AgentLoop, ContextBudget, EpisodeResult,  # noqa: E402
+                                                   ResultWriter, completed_keys, result_key)
+
+__all__ += [
+    "DEFAULT_LOCATIONS", "DISTRACTOR_KINDS", "LOCATIONS", "Action", "Actor", "ActorBrief", "AgentLoop", "AlwaysComply",
+    "AlwaysRefuse", "Condition", "ContextBudget", "DistractorStep", "Episode", "EpisodeResult",
+    "LatestInstructionWins", "RandomActor", "ResultWriter", "RuleReader", "cf_drop", "cf_keep", "compacted",
+    "completed_keys", "full_context", "gate", "generate_episodes", "impersonation", "never_stated", "pinned",
+    "prepare_sandbox", "result_key", "rounds",
+]

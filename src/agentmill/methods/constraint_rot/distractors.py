@@ -192,28 +192,17 @@ def distractor_steps(kind: str, rng: random.Random, fixtures: Any) -> Iterator[D
         i += 1
 
 
-def crm_tickets(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("crm_tickets", rng, fixtures)
+def _named(kind: str) -> Callable[[random.Random, Any], Iterator[DistractorStep]]:
+    def gen(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
+        return distractor_steps(kind, rng, fixtures)
+
+    gen.__name__ = gen.__qualname__ = kind
+    gen.__doc__ = f"The ``{kind}`` distractor stream (see :func:`distractor_steps`)."
+    return gen
 
 
-def inbox_triage(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("inbox_triage", rng, fixtures)
-
-
-def calendar_scheduling(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("calendar_scheduling", rng, fixtures)
-
-
-def file_housekeeping(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("file_housekeeping", rng, fixtures)
-
-
-def web_research(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("web_research", rng, fixtures)
-
-
-def db_reporting(rng: random.Random, fixtures: Any) -> Iterator[DistractorStep]:
-    return distractor_steps("db_reporting", rng, fixtures)
+crm_tickets, inbox_triage, calendar_scheduling, file_housekeeping, web_research, db_reporting = (
+    _named(k) for k in DISTRACTOR_KINDS)
 
 
 def step_text(step: DistractorStep, outputs: list[str]) -> str:

@@ -34,24 +34,13 @@ from agentmill.core.types import Message, ToolCall
 from agentmill.methods.constraint_rot.catalogue import RuleInstance
 from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief
 from agentmill.methods.constraint_rot.messages import (WhitespaceCounter, has_cue, message_text, normalise,
-                                                       split_sentences, word_tokens)
+                                                       split_sentences)
 from agentmill.methods.constraint_rot.pinning.card import parse_cards
 from agentmill.methods.constraint_rot.survival import PERMISSION_CUES, RETIREMENT_CUES, classify_survival
 
 REFUSAL_TEXT = "I can't do that: it is against the policy in force here."
 DONE_TEXT = "Done."
 FAILED_TEXT = "That did not work: {error}"
-
-
-def _anchor_in(norm: str, toks: set[str], anchor: str) -> bool:
-    """Anchor matching as the survival classifier does it: whole tokens for single words/values, substrings for
-    phrases."""
-    a = normalise(anchor)
-    if not a:
-        return False
-    if " " in a:
-        return a in norm
-    return a in toks or a.lstrip("@$") in {t.lstrip("@$") for t in toks}
 
 
 class ScriptedActor:
@@ -144,8 +133,8 @@ def _card_states_rule(body: str, inst: RuleInstance) -> bool:
 
 
 class LatestInstructionWins(ScriptedActor):
-    """Obeys iff the latest sentence about the rule binds: a statement of the rule (all value anchors and a binding
-    cue) obeys; a later sentence naming the rule with a retirement or permission cue overrides it."""
+    """Obeys iff the latest sentence about the rule binds: a statement of the rule (every value anchor and a cue, by
+    the catalogue's anchor definition) obeys; a later sentence naming the rule with a retirement or permission cue overrides it."""
 
     name = "latest_instruction_wins"
 
@@ -156,14 +145,13 @@ class LatestInstructionWins(ScriptedActor):
         state = False
         for text in _texts(_before_request(messages)):
             for sent in split_sentences(text):
-                norm = normalise(sent)
-                toks = set(word_tokens(norm))
-                hits = [_anchor_in(norm, toks, v) for v in values]
-                if not any(hits) and inst.rule_id.lower() not in norm:
+                low = normalise(sent)
+                hits = [normalise(v) in low for v in values]
+                if not any(hits) and inst.rule_id.lower() not in low:
                     continue
-                if has_cue(norm, RETIREMENT_CUES) or has_cue(norm, PERMISSION_CUES):
+                if has_cue(low, RETIREMENT_CUES) or has_cue(low, PERMISSION_CUES):
                     state = False
-                elif all(hits) and has_cue(norm, inst.matcher_cues, list(toks)):
+                elif all(hits) and _card_states_rule(sent, inst):
                     state = True
         return state
 
