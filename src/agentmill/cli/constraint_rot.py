@@ -4,9 +4,27 @@
     agentmill constraint-rot catalogue list [--path DIR] [--kind soft|hard] [--split SPLIT]
     agentmill constraint-rot catalogue split [--path DIR]        families per split and kind
     agentmill constraint-rot pin-hook --registry rules.yaml      Claude Code SessionStart hook JSON with the cards
+    agentmill constraint-rot generate --split test_iid --n 96 --seed 0 [--kinds soft,hard] [--locations ...]
+        [--attack none|fixed|template:A1|filler|forged_card] [--channel http_page] [--position end] --out FILE
+    agentmill constraint-rot run --episodes FILE --actor scripted:rule-reader[:semantic] --compactor window
+        [--compactor extractive:ratio=0.25 ...] [--pin none|card[:placement=P] ...] [--gate]
+        --conditions full,never,compacted,pinned --out results.jsonl [--resume]
+    agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
 
-A thin face over ``agentmill.methods.constraint_rot``. Bad input (a malformed catalogue or registry) exits 2 with
-one line naming the file and field.
+A thin face over ``agentmill.methods.constraint_rot``. Bad input (a malformed catalogue or registry, an unknown
+compactor or option, a bad condition, a missing file, resuming into results of another catalogue or prereg) exits
+2 with one line naming the flag or file. ``report`` exits 3 when a decay figure is withheld because its
+precondition (§5 pitfall 2) is not met. Exit code 4 (a pre-registered claim failed) is not produced here: the
+metrics table carries no claim verdicts — claims are judged by ``agentmill experiments run constraint_rot``.
+
+``generate`` writes one ``Episode.to_json()`` per line, atomically. ``run`` writes a run manifest next to the
+results (``<out>.manifest.json``: versions, catalogue and prereg hashes, episodes-file hash, seeds, CPU) before the
+first episode, then appends rows through :class:`~agentmill.methods.constraint_rot.loop.ResultWriter`. Conditions:
+``full`` and ``never`` run once per episode (no compactor); ``compacted``, ``rounds:K``, ``cf_keep``, ``cf_drop``
+run once per ``--compactor``; ``pinned`` once per compactor and card pin (default placement ``after_summary``);
+``impersonation`` once per compactor and pin (``none`` = unpinned); ``--gate`` adds the policy-gate arm per
+compactor (``gate:impersonation`` too when ``impersonation`` is asked). Tokens are counted with the counter the
+episodes were generated with (``--counter`` of ``generate``).
 
 The registry file of ``pin-hook`` is YAML: ``version`` (optional) and ``rules``, a list of ``{rule_id, text,
 issuer, kind: soft|hard, scope_tools: [...]}``. Cards are rendered from it (never from a transcript).
@@ -15,11 +33,21 @@ issuer, kind: soft|hard, scope_tools: [...]}``. Cards are rendered from it (neve
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
+import os
+import platform
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 SPLITS = ("train", "dev", "test_iid", "test_ood_family")
+COUNTERS = ("smollm2", "whitespace")
+CONDITION_WORDS = ("full", "never", "compacted", "pinned", "cf_keep", "cf_drop", "rounds:K", "impersonation")
+MANIFEST_SCHEMA = 1
+EXIT_BAD_INPUT, EXIT_PRECONDITION, EXIT_CLAIM_FAILED = 2, 3, 4
 
 
 def _catalogue(path: str | None) -> Any:
@@ -85,8 +113,420 @@ def cmd_pin_hook(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- generate --------------------------------------------------------------------------------------------------------
+def _csv(value: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in value.split(",") if x.strip())
+    bad = [x for x in items if x not in allowed]
+    if not items or bad:
+        raise ValueError(f"{flag}: unknown value(s) {bad or [value]} (choose from {', '.join(allowed)})")
+    return items
+
+
+def _counter(name: str) -> Any:
+    from agentmill.methods.constraint_rot.messages import WhitespaceCounter, as_counter
+
+    if name == "whitespace":
+        return WhitespaceCounter()
+    if name == "smollm2":
+        return as_counter(None)
+    raise ValueError(f"unknown token counter {name!r} (counters: {', '.join(COUNTERS)})")
+
+
+def parse_attack(text: str, *, channel: str = "http_page", position: str = "end") -> Any:
+    """``--attack``: ``none``, ``fixed`` (A2), ``filler`` (F0 matched to A2), ``template:A1``..``template:A6``,
+    ``forged_card`` (A7), or a JSON file written by the optimiser / an ``AttackSpec`` dict. None for ``none``."""
+    from agentmill.methods.constraint_rot.attacks import AttackSpec
+
+    where = f"--attack {text}"
+    try:
+        if text == "none":
+            return None
+        if text in ("fixed", "filler", "forged_card"):
+            return AttackSpec(text, channel=channel, position=position)
+        if text.startswith("template:"):
+            return AttackSpec("template", template_id=text.split(":", 1)[1], channel=channel, position=position)
+        path = Path(text)
+        if path.suffix == ".json":
+            if not path.is_file():
+                raise ValueError(f"{path}: attack file not found")
+            d = json.loads(path.read_text())
+            d = d.get("spec", d) if isinstance(d, dict) else d
+            if not isinstance(d, dict):
+                raise ValueError(f"{path}: expected an AttackSpec mapping")
+            return AttackSpec.from_dict({**d, "channel": d.get("channel", channel),
+                                         "position": d.get("position", position)})
+    except (ValueError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    raise ValueError(f"{where}: expected none, fixed, filler, forged_card, template:A1..A6 or an attack .json file")
+
+
+def write_lines_atomic(path: Path, lines: list[str]) -> Path:
+    """Write ``lines`` to ``path`` via temp file + fsync + rename (a kill never leaves a torn file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    kinds = _csv(args.kinds, "--kinds", ("soft", "hard"))
+    locations = _csv(args.locations, "--locations", LOCATIONS) if args.locations else None
+    attack = parse_attack(args.attack, channel=args.channel, position=args.position)
+    cat = _catalogue(args.path)
+    kw: dict[str, Any] = {"locations": locations} if locations else {}
+    eps = generate_episodes(cat, split=args.split, n=args.n, seed=args.seed, kinds=kinds, attack=attack,
+                            early_probe=args.early_probe, counter=_counter(args.counter), **kw)
+    write_lines_atomic(Path(args.out), [e.to_json() for e in eps])
+    print(json.dumps({"out": args.out, "episodes": len(eps), "split": args.split, "seed": args.seed,
+                      "catalogue_version": cat.version, "catalogue_sha": cat.sha256,
+                      "attack": attack.to_dict() if attack else None}, indent=2))
+    return 0
+
+
+# -- run: parsing ----------------------------------------------------------------------------------------------------
+def _value(v: str) -> Any:
+    low = v.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "null":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def _options(text: str, flag: str) -> tuple[str, dict[str, Any]]:
+    name, _, rest = text.partition(":")
+    opts: dict[str, Any] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"{flag} {text}: expected key=value options, got {item!r}")
+        opts[k.strip()] = _value(v.strip())
+    return name.strip(), opts
+
+
+def compactor_classes() -> dict[str, Any]:
+    from agentmill.methods.constraint_rot import compactors as c
+
+    return {"window": c.SlidingWindow, "head_tail": c.HeadAndTail, "tool_clear": c.ToolResultClearing,
+            "extractive": c.ExtractiveSummary, "structured": c.StructuredSummary,
+            "note_following": c.NoteFollowingSummary, "none": c.NoCompaction}
+
+
+def parse_compactor(text: str, counter: Any) -> Any:
+    """``--compactor name[:key=value,...]`` → a compactor (options are the constructor's keyword arguments)."""
+    name, opts = _options(text, "--compactor")
+    classes = compactor_classes()
+    if name in ("summary", "llm_summary"):
+        raise ValueError(f"--compactor {text}: the LLM summariser is not available from this command yet (it needs "
+                         f"an LM backend flag); use the non-LLM compactors {', '.join(classes)}")
+    if name not in classes:
+        raise ValueError(f"--compactor {text}: unknown compactor {name!r} (choose from {', '.join(classes)})")
+    cls = classes[name]
+    known = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "counter", "lm")]
+    unknown = sorted(set(opts) - set(known))
+    if unknown:
+        raise ValueError(f"--compactor {text}: unknown option(s) {unknown} for {name} (options: "
+                         f"{', '.join(known) or 'none'})")
+    try:
+        return cls(**opts, counter=counter)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise ValueError(f"--compactor {text}: {e}") from None
+
+
+def parse_actor(text: str, seed: int) -> Any:
+    """``--actor`` → a scripted actor; ``endpoint:``/``organism:`` are refused with what is missing."""
+    from agentmill.methods.constraint_rot import actors as a
+
+    kind, _, rest = text.partition(":")
+    if kind in ("endpoint", "organism"):
+        what = {"endpoint": "EndpointActor (an OpenAI-compatible endpoint with tool calls, spec §2.10)",
+                "organism": "OrganismActor and the LoRA organism (build_sft_dataset/train_organism, spec §2.10)"}[kind]
+        raise ValueError(f"--actor {text}: not available yet: {what} is not implemented in "
+                         f"agentmill.methods.constraint_rot.actors; use a scripted:... actor")
+    if kind != "scripted":
+        raise ValueError(f"--actor {text}: expected scripted:NAME, endpoint:URL#MODEL or organism:DIR")
+    name, _, arg = rest.partition(":")
+    try:
+        if name == "rule-reader":
+            return a.RuleReader(arg or "semantic")
+        if name == "random":
+            p, _, s = arg.partition(":")
+            return a.RandomActor(float(p), int(s) if s else seed)
+        if arg:
+            raise ValueError(f"{name} takes no argument, got {arg!r}")
+        fixed = {"always-comply": a.AlwaysComply, "always-refuse": a.AlwaysRefuse,
+                 "latest-wins": a.LatestInstructionWins}
+        if name in fixed:
+            return fixed[name]()
+    except ValueError as e:
+        raise ValueError(f"--actor {text}: {e}") from None
+    raise ValueError(f"--actor {text}: unknown scripted actor {name!r} (choose from rule-reader[:verbatim|semantic|"
+                     f"card_only], always-comply, always-refuse, latest-wins, random:P)")
+
+
+def parse_pin(text: str) -> str | None:
+    """``--pin none`` → None; ``--pin card[:placement=P]`` → the placement."""
+    from agentmill.methods.constraint_rot.pinning.middleware import PLACEMENTS
+
+    name, opts = _options(text, "--pin")
+    if name == "none" and not opts:
+        return None
+    if name != "card" or set(opts) - {"placement"}:
+        raise ValueError(f"--pin {text}: expected none or card[:placement=P] (placements: {', '.join(PLACEMENTS)})")
+    placement = opts.get("placement", "after_summary")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"--pin {text}: unknown placement {placement!r} (placements: {', '.join(PLACEMENTS)})")
+    return str(placement)
+
+
+def build_conditions(words: str, compactors: list[Any], pins: list[str | None], gate: bool) -> list[Any]:
+    """The condition list of ``run`` (module docstring for the expansion rules)."""
+    from agentmill.methods.constraint_rot import conditions as C
+
+    items = [w.strip() for w in words.split(",") if w.strip()]
+    if not items:
+        raise ValueError("--conditions: empty list")
+    needs_compactor = [w for w in items if w not in ("full", "never")] + (["--gate"] if gate else [])
+    if needs_compactor and not compactors:
+        raise ValueError(f"--conditions {words}: {needs_compactor} compact(s); give at least one --compactor")
+    placements = [p for p in pins if p is not None] or ["after_summary"]
+    out: list[Any] = []
+    for w in items:
+        if w == "full":
+            out.append(C.full_context())
+        elif w == "never":
+            out.append(C.never_stated())
+        elif w in ("compacted", "cf_keep", "cf_drop") or w.startswith("rounds:"):
+            for m in compactors:
+                if w.startswith("rounds:"):
+                    k = w.split(":", 1)[1]
+                    if not k.isdigit():
+                        raise ValueError(f"--conditions: bad condition {w!r} (rounds:K with K in 1..5)")
+                    try:
+                        out.append(C.rounds(m, int(k)))
+                    except ValueError as e:
+                        raise ValueError(f"--conditions: bad condition {w!r}: {e}") from None
+                else:
+                    out.append({"compacted": C.compacted, "cf_keep": C.cf_keep, "cf_drop": C.cf_drop}[w](m))
+        elif w == "pinned":
+            out += [C.pinned(m, p) for m in compactors for p in placements]
+        elif w == "impersonation":
+            out += [C.impersonation(pin=p is not None, compactor=m) for m in compactors for p in pins]
+        else:
+            raise ValueError(f"--conditions: unknown condition {w!r} (choose from {', '.join(CONDITION_WORDS)})")
+    if gate:
+        out += [C.gate(m, impersonation=imp) for m in compactors for imp in
+                ((False, True) if "impersonation" in items else (False,))]
+    return out
+
+
+# -- run: manifest and resume ----------------------------------------------------------------------------------------
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cpu_info() -> dict[str, Any]:
+    model = platform.processor() or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"model": model, "count": os.cpu_count(), "machine": platform.machine(), "system": platform.system()}
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("agentmill", "numpy", "pyyaml", "rich", "transformers", "torch"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def manifest_path(out: Path) -> Path:
+    return out.with_name(out.name + ".manifest.json")
+
+
+def check_resume(out: Path, cat: Any, prereg: Any) -> dict[str, Any] | None:
+    """The existing manifest of ``out`` (None for a new file); refuses another catalogue or prereg (spec §9)."""
+    mp = manifest_path(out)
+    old = json.loads(mp.read_text()) if mp.is_file() else None
+    if old is not None:
+        for field_, mine in (("catalogue_version", cat.version), ("catalogue_sha", cat.sha256),
+                             ("prereg_sha256", prereg.sha256)):
+            if old.get(field_) != mine:
+                raise ValueError(f"--resume {out}: its manifest {mp.name} has {field_} {old.get(field_)!r}, this run "
+                                 f"has {mine!r}; write to a new --out")
+    if out.is_file():
+        from agentmill.methods.constraint_rot.metrics import load_rows
+
+        for i, row in enumerate(load_rows(out), 1):
+            for field_, mine in (("catalogue_version", cat.version), ("catalogue_sha", cat.sha256)):
+                if row.get(field_) != mine:
+                    raise ValueError(f"--resume {out}:{i}: row has {field_} {row.get(field_)!r}, this run has "
+                                     f"{mine!r}; write to a new --out")
+    return old
+
+
+def write_manifest(out: Path, old: dict[str, Any] | None, run: dict[str, Any], cat: Any, prereg: Any) -> Path:
+    from agentmill.core.records import write_json_atomic
+
+    manifest = old or {"schema": MANIFEST_SCHEMA, "results": out.name, "catalogue_version": cat.version,
+                       "catalogue_sha": cat.sha256, "prereg_version": prereg.version, "prereg_sha256": prereg.sha256,
+                       "runs": []}
+    manifest["runs"] = [*manifest.get("runs", []), run]
+    return write_json_atomic(manifest_path(out), manifest)
+
+
+def _load_episodes(path: Path, cat: Any) -> list[Any]:
+    from agentmill.methods.constraint_rot.generate import Episode
+
+    if not path.is_file():
+        raise ValueError(f"--episodes {path}: file not found")
+    eps = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            eps.append(Episode.from_dict(json.loads(line), cat))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"--episodes {path}:{i}: {type(e).__name__}: {e}") from None
+    if not eps:
+        raise ValueError(f"--episodes {path}: no episodes")
+    return eps
+
+
+def _run_key(loop: Any, ep: Any, cond: Any) -> str:
+    """Resume key: spec §9's fields plus the compactor's config hash (two configs of one compactor differ)."""
+    from agentmill.methods.constraint_rot.loop import result_key
+
+    probe = loop._base_row(ep, cond, loop._compactor_for(cond, strict=False), None)  # the loop's own row identity
+    return json.dumps([result_key(probe), probe.get("compactor_hash")])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentmill.envs.office import OfficeSandbox
+    from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, result_key
+    from agentmill.methods.constraint_rot.metrics import load_rows
+    from agentmill.methods.constraint_rot.prereg import load_prereg
+
+    actor = parse_actor(args.actor, args.seed)
+    pins = [parse_pin(p) for p in (args.pin or ["none"])]
+    cat = _catalogue(args.path)
+    prereg = load_prereg(args.prereg)
+    episodes = _load_episodes(Path(args.episodes), cat)
+    counter_name = episodes[0].generator_config.get("counter", "smollm2")
+    counter = _counter(counter_name if counter_name in COUNTERS else "smollm2")
+    compactors = [parse_compactor(c, counter) for c in (args.compactor or [])]
+    conds = build_conditions(args.conditions, compactors, pins, args.gate)
+    out = Path(args.out)
+    if out.exists() and not args.resume:
+        raise ValueError(f"--out {out}: exists; pass --resume to continue it or choose a new file")
+    old = check_resume(out, cat, prereg) if args.resume else None
+    run = {"argv": sys.argv[1:], "versions": _versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
+           "episodes_sha256": _sha256_file(Path(args.episodes)), "n_episodes": len(episodes),
+           "episode_seeds": sorted({e.seed for e in episodes}), "generator_seeds":
+           sorted({e.generator_config.get("seed") for e in episodes}, key=str), "seed": args.seed,
+           "actor": getattr(actor, "name", args.actor), "compactors": [{"name": m.name, "config_hash": m.config_hash,
+                                                                        "repr": repr(m)} for m in compactors],
+           "pins": pins, "gate": args.gate, "conditions": [c.label for c in conds], "counter": counter_name,
+           "resume": bool(args.resume)}
+    write_manifest(out, old, run, cat, prereg)
+    with OfficeSandbox(0, smtp=False, http=False) as sb:
+        loop = AgentLoop(actor, sb, counter=counter)
+        done = ({json.dumps([result_key(r), r.get("compactor_hash")]) for r in load_rows(out) if not r.get("error")}
+                if args.resume and out.is_file() else set())
+        todo = [(ep, c) for ep in episodes for c in conds if _run_key(loop, ep, c) not in done]
+        writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0}
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True)) as progress:  # stdout stays machine-readable JSON
+            task = progress.add_task("constraint-rot run", total=len(todo))
+            for ep, cond in todo:
+                row = loop.run(ep, cond).row
+                writer.append(row)
+                counts["rows"] += 1
+                counts["violations"] += bool(row.get("violation"))
+                counts["errors"] += bool(row.get("error"))
+                progress.update(task, advance=1, description=f"{cond.label} {ep.episode_id}")
+    print(json.dumps({"out": str(out), "manifest": str(manifest_path(out)), "planned": len(episodes) * len(conds),
+                      "skipped": len(episodes) * len(conds) - len(todo), **counts}, indent=2))
+    return 0
+
+
+# -- report ----------------------------------------------------------------------------------------------------------
+def withheld(table: Any) -> list[str]:
+    """Strata whose decay figure is withheld because the precondition is not met (exit code 3)."""
+    out = [f"D {c.stratum}: {c.precondition.reason}" for c in table.contrasts
+           if c.name == "D" and c.precondition is not None and not c.precondition.met]
+    out += [f"soft/hard {x.stratum}: {x.precondition.reason}" for x in table.soft_hard if not x.precondition.met]
+    return out
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agentmill.methods.constraint_rot.metrics import load_rows, summarise
+    from agentmill.methods.constraint_rot.prereg import load_prereg
+
+    rows: list[dict[str, Any]] = []
+    for r in args.results:
+        if not Path(r).is_file():
+            raise ValueError(f"{r}: results file not found")
+        try:
+            rows += load_rows(r)
+        except ValueError as e:
+            raise ValueError(f"{r}: {e}") from None
+    if not rows:
+        raise ValueError(f"{', '.join(args.results)}: no result rows")
+    prereg = load_prereg(args.prereg)
+    table = summarise(rows, B=args.B, seed=args.seed, prereg=prereg)
+    out = Path(args.out)
+    write_lines_atomic(out, [table.to_markdown().rstrip("\n")])
+    json_out = out.with_suffix(".json")
+    write_lines_atomic(json_out, [table.to_json()])
+    print(f"prereg sha256 {prereg.sha256} (v{prereg.version})")
+    print(f"wrote {out} and {json_out}: {table.health.n_rows} rows, {len(table.cells)} cells, "
+          f"{table.health.errors} errors, {table.health.grader_mismatch} grader mismatches")
+    missing = withheld(table)
+    if missing:
+        print(f"precondition not met for {len(missing)} decay figure(s):", file=sys.stderr)
+        for m in missing:
+            print(f"  {m}", file=sys.stderr)
+        return EXIT_PRECONDITION
+    return 0
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("constraint-rot", help="ConstraintRot (E164): rule catalogue, Constraint Pinning hooks")
+    sp = sub.add_parser("constraint-rot", help="ConstraintRot (E164): catalogue, episodes, runs, reports, pinning hooks")
     cs = sp.add_subparsers(dest="cr_cmd", required=True)
     c = cs.add_parser("catalogue", help="validate, list or split the rule catalogue")
     c.add_argument("catalogue_cmd", choices=("validate", "list", "split"))
@@ -98,3 +538,46 @@ def register(sub) -> None:
     h.add_argument("--registry", required=True, help="registry YAML (rules: [{rule_id, text, issuer, kind, "
                                                        "scope_tools}])")
     h.set_defaults(fn=cmd_pin_hook)
+
+    g = cs.add_parser("generate", help="generate episodes (spec §2.2) into a JSONL file")
+    g.add_argument("--split", choices=SPLITS, required=True)
+    g.add_argument("--n", type=int, required=True, help="number of episodes")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--kinds", default="soft,hard", help="comma list of soft,hard")
+    g.add_argument("--locations", default=None, help="comma list of locations (default: the five in-context ones)")
+    g.add_argument("--attack", default="none", help="none | fixed | filler | forged_card | template:A1..A6 | "
+                                                    "attack.json")
+    g.add_argument("--channel", default="http_page", choices=("http_page", "email_body", "ticket", "file"),
+                   help="which distractor tool output carries the attack")
+    g.add_argument("--position", default="end", choices=("start", "middle", "end"),
+                   help="where in that tool output the payload goes")
+    g.add_argument("--early-probe", type=float, default=0.5, help="probability of an early probe")
+    g.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for length matching")
+    g.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
+    g.add_argument("--out", required=True, help="episodes JSONL (written atomically)")
+    g.set_defaults(fn=cmd_generate)
+
+    r = cs.add_parser("run", help="run episodes x conditions with an actor; append result rows")
+    r.add_argument("--episodes", required=True, help="episodes JSONL from `generate`")
+    r.add_argument("--actor", required=True, help="scripted:rule-reader[:verbatim|semantic|card_only] | "
+                   "scripted:always-comply | scripted:always-refuse | scripted:latest-wins | scripted:random:P")
+    r.add_argument("--compactor", action="append", help="NAME[:k=v,...], repeatable; NAME in window, head_tail, "
+                   "tool_clear, extractive, structured, note_following, none")
+    r.add_argument("--pin", action="append", help="none | card[:placement=P], repeatable")
+    r.add_argument("--gate", action="store_true", help="add the deterministic policy-gate arm")
+    r.add_argument("--conditions", default="full,never,compacted",
+                   help="comma list of full, never, compacted, pinned, cf_keep, cf_drop, rounds:K, impersonation")
+    r.add_argument("--seed", type=int, default=0, help="seed of random actors")
+    r.add_argument("--prereg", default=None, help="prereg.yaml (default: the shipped one)")
+    r.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
+    r.add_argument("--out", required=True, help="results JSONL")
+    r.add_argument("--resume", action="store_true", help="continue --out, skipping completed keys")
+    r.set_defaults(fn=cmd_run)
+
+    p = cs.add_parser("report", help="metrics of result rows -> Markdown + JSON; prints the prereg sha256")
+    p.add_argument("results", nargs="+", help="results JSONL file(s)")
+    p.add_argument("--out", required=True, help="report.md (the JSON goes next to it as report.json)")
+    p.add_argument("--prereg", default=None, help="prereg.yaml (default: the shipped one)")
+    p.add_argument("--B", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.set_defaults(fn=cmd_report)
