@@ -53,6 +53,8 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e173_progress_lm_pair_distilled",
     "agentmill.experiments.e173_progress_lm_pair_rl",
     "agentmill.experiments.e165_g2po_lora_smoke",
+    "agentmill.experiments.e164_constraint_rot_mechanism",
+    "agentmill.experiments.e164_constraint_rot_compression",
 )
 
 _registry: dict[str, Experiment] | None = None
