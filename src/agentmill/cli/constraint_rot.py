@@ -425,11 +425,11 @@ def _load_episodes(path: Path, cat: Any) -> list[Any]:
 
 
 def _run_key(loop: Any, ep: Any, cond: Any) -> str:
-    """Resume key: spec §9's fields plus the compactor's config hash (two configs of one compactor differ)."""
+    """Resume key (``loop.result_key``: spec §9's fields with the compactor's config hash) of a row not yet run."""
     from agentmill.methods.constraint_rot.loop import result_key
 
     probe = loop._base_row(ep, cond, loop._compactor_for(cond, strict=False), None)  # the loop's own row identity
-    return json.dumps([result_key(probe), probe.get("compactor_hash")])
+    return result_key(probe)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -460,9 +460,9 @@ def cmd_run(args: argparse.Namespace) -> int:
            "pins": pins, "gate": args.gate, "conditions": [c.label for c in conds], "counter": counter_name,
            "resume": bool(args.resume)}
     write_manifest(out, old, run, cat, prereg)
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
+    with OfficeSandbox(0) as sb:  # the real loopback SMTP and HTTP servers, as in the spec
         loop = AgentLoop(actor, sb, counter=counter)
-        done = ({json.dumps([result_key(r), r.get("compactor_hash")]) for r in load_rows(out) if not r.get("error")}
+        done = ({result_key(r) for r in load_rows(out) if not r.get("error")}
                 if args.resume and out.is_file() else set())
         todo = [(ep, c) for ep in episodes for c in conds if _run_key(loop, ep, c) not in done]
         writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0}

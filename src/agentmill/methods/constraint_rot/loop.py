@@ -43,7 +43,7 @@ from agentmill.methods.constraint_rot.pinning.middleware import PinningMiddlewar
 from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
 from agentmill.methods.constraint_rot.survival import classify_survival
 
-RESUME_FIELDS = ("episode_id", "condition", "actor", "compactor", "pin", "attack", "seed")
+RESUME_FIELDS = ("episode_id", "condition", "actor", "compactor", "compactor_hash", "pin", "attack", "seed")
 """Spec §9: a completed (episode, condition, actor, compactor, pin, attack, seed) is skipped on ``--resume``."""
 ISSUER = "op"
 
@@ -407,5 +407,5 @@ class AgentLoop:
             "placement": cond.placement if cond.pin else None, "pin_backend": "agentmill" if cond.pin else None,
             "gate": cond.gate, "attack": (ep.attack or {}).get("kind", "impersonation" if cond.impersonation
                                                                else "none"),
-            "attack_hash": _sha(ep.attack)[:16] if ep.attack else None, "seed": ep.seed, "error": None,
+            "attack_hash": ((ep.attack.get("attack_hash") or _sha(ep.attack)[:16]) if ep.attack else None), "seed": ep.seed, "error": None,
         }
