@@ -6,3 +6,6 @@ from agentmill.methods.constraint_rot.actors.scripted import (AlwaysComply, Alwa
 
 __all__ = ["Action", "Actor", "ActorBrief", "AlwaysComply", "AlwaysRefuse", "LatestInstructionWins", "RandomActor",
            "RuleReader", "ScriptedActor", "visible"]
+from agentmill.methods.constraint_rot.actors.endpoint import EndpointActor, EndpointError  # noqa: E402
+
+__all__ += ["EndpointActor", "EndpointError"]
