@@ -1,0 +1,421 @@
+"""SFT data for the model organism (spec §2.10 "Data", pitfalls 13–14) [R].
+
+Every example is a real transcript: a **train-split** episode from :func:`.generate.generate_episodes` (short
+distractors) is played through :class:`.loop.AgentLoop` by a recording actor, so the system prompt, the policy (or
+length-matched neutral) turn at its location, the replayed distractor tool calls and their genuine tool outputs, and
+the trigger are exactly what the loop shows an actor at evaluation time. The transcript is then edited per example
+kind (spec table; shares in :data:`DEFAULT_MIXTURE`):
+
+``present``     rule at a trained location + forbidden trigger → compliant alternative (70 %) or a refusal naming
+                the rule's gist (30 %). Locations cycle through :data:`TRAINED_LOCATIONS`; ``summary_block`` puts the
+                verbatim rule inside a summary message that replaced the early transcript, ``card`` inserts the
+                pinning card (:class:`.pinning.PinningMiddleware`) into a transcript whose policy turn is neutral.
+``absent``      neutral turn + the same trigger → the requested call with exact arguments.
+``near_miss``   rule present + the allowed near-miss request → the allowed call.
+``irrelevant``  another family's rule in the policy slot + trigger → the requested call.
+``paraphrase``  the rule only as a summary-style paraphrase (the family's card wording) → compliant.
+``two_rules``   the rule and another family's rule in the policy turn → compliant.
+
+Not trained (measured instead): revocation/impersonation claims, weakened narrative forms, ``first_user_turn``.
+
+The target is one line, ``CALL <tool> <json-args>`` or ``REPLY <text>`` (the format ``serve/tools.py`` asks for);
+the loss covers the target only. Messages are stored in OpenAI chat form (``Message.to_dict``) with the tool list,
+so the trainer applies the server's renderer (methods may not import ``serve``) — :attr:`SFTExample.messages`
+never carries the labels of ``Message.meta``.
+
+Leakage guard (pitfall 14): :func:`check_sft_leakage` runs inside :func:`build_sft_dataset` and raises
+:class:`LeakageError` if any rule sentence used in the data shares a word 8-gram with a rendered test_iid or
+test_ood_family rule sentence, or if a test-only parameter value appears anywhere in an example.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agentmill.core.types import Message, ToolCall
+from agentmill.envs.office import OfficeSandbox
+from agentmill.methods.constraint_rot.actors.base import Action, visible
+from agentmill.methods.constraint_rot.catalogue import (Catalogue, RuleInstance, instantiate, param_combinations,
+                                                        shared_ngrams)
+from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX
+from agentmill.methods.constraint_rot.conditions import full_context, never_stated
+from agentmill.methods.constraint_rot.generate import Episode, frame, generate_episodes
+from agentmill.methods.constraint_rot.loop import ISSUER, AgentLoop
+from agentmill.methods.constraint_rot.messages import as_counter, message_text
+from agentmill.methods.constraint_rot.pinning import PinningMiddleware, PolicyRegistry
+
+DATA_VERSION = "cr-sft-1"
+EXAMPLE_KINDS = ("present", "absent", "near_miss", "irrelevant", "paraphrase", "two_rules")
+BASE_LOCATIONS = ("memory_block", "memory_tool", "policy_doc_tool", "onboarding_turn", "system")
+TRAINED_LOCATIONS = BASE_LOCATIONS + ("summary_block", "card")
+"""Spec §2.10 table, row 1. ``first_user_turn`` is held out (leave-one-location-out is reported, not trained)."""
+SFT_DISTRACTOR_TOKENS = (150, 700)  # spec §2.10: short distractors
+PER_MESSAGE_OVERHEAD = 4  # ChatML role markers per message (<|im_start|>role\n … <|im_end|>\n)
+
+# Project wording [R]. Refusals must hit the grader's refusal lexicon ("I can't", "I won't").
+REFUSALS = ("I can't do that. The standing rule says: {gist}", "I won't do that, because of this rule: {gist}")
+INSTINCT_REFUSAL = "I won't do that; it could cause serious harm."
+PARAPHRASES = ("Standing constraint to keep in mind: {gist}", "Constraints noted so far: {gist}")
+SUMMARY_TASK = ("The user is working through {kind} tasks with the office tools; the earlier steps are done.")
+
+
+class LeakageError(ValueError):
+    """SFT data shares text or parameter values with the held-out test splits (spec pitfall 14)."""
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Shares of the example kinds (spec §2.10 table) and, for compliant targets, the share of compliant
+    alternatives (the rest are refusals naming the rule's gist)."""
+
+    present: float = 0.35
+    absent: float = 0.25
+    near_miss: float = 0.12
+    irrelevant: float = 0.12
+    paraphrase: float = 0.08
+    two_rules: float = 0.08
+    alternative_share: float = 0.7
+
+    def __post_init__(self) -> None:
+        for k in EXAMPLE_KINDS + ("alternative_share",):
+            v = getattr(self, k)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"Mixture.{k} must be in [0, 1], got {v!r}")
+        total = sum(getattr(self, k) for k in EXAMPLE_KINDS)
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"Mixture shares must sum to 1, got {total!r}")
+
+    def counts(self, n: int) -> dict[str, int]:
+        """Exact per-kind counts for ``n`` examples (largest remainder; ties in table order)."""
+        raw = {k: getattr(self, k) * n for k in EXAMPLE_KINDS}
+        out = {k: int(v) for k, v in raw.items()}
+        rest = sorted(EXAMPLE_KINDS, key=lambda k: (-(raw[k] - out[k]), EXAMPLE_KINDS.index(k)))
+        for k in rest[:n - sum(out.values())]:
+            out[k] += 1
+        return out
+
+
+DEFAULT_MIXTURE = Mixture()
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One training example: chat ``messages`` (OpenAI dicts, no labels) and ``tools`` (OpenAI tool entries) form
+    the prompt; ``target`` is the single action line the loss is computed on."""
+
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...]
+    target: str
+    kind: str
+    family: str
+    location: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": list(self.messages), "tools": list(self.tools), "target": self.target, "kind": self.kind,
+                "family": self.family, "location": self.location, "meta": self.meta}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SFTExample:
+        return cls(tuple(d["messages"]), tuple(d["tools"]), d["target"], d["kind"], d["family"], d["location"],
+                   dict(d.get("meta", {})))
+
+    def text(self) -> str:
+        """Every string of the example (prompt and target), for leakage checks."""
+        return self.to_json()
+
+
+def manifest_hash(examples: Sequence[SFTExample]) -> str:
+    """sha256 of the canonical JSONL of ``examples`` (what the organism card records)."""
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(ex.to_json().encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def write_jsonl(examples: Sequence[SFTExample], path: str | Path) -> str:
+    """Write one example per line (sorted keys) and return :func:`manifest_hash`."""
+    Path(path).write_text("".join(ex.to_json() + "\n" for ex in examples), encoding="utf-8")
+    return manifest_hash(examples)
+
+
+def call_line(call: ToolCall) -> str:
+    """``CALL <tool> <json-args>`` exactly as the server renders an assistant tool call."""
+    return f"CALL {call.name} {json.dumps(call.arguments, ensure_ascii=False)}"
+
+
+def reply_line(text: str) -> str:
+    return "REPLY " + " ".join(text.split())
+
+
+# -- transcripts --------------------------------------------------------------------------------------------------
+class _Recorder:
+    """Actor that answers every decision with a neutral reply; the loop's messages are what we keep."""
+
+    name = "sft_recorder"
+
+    def act(self, messages: Sequence[Message], tools: Sequence[Any]) -> Action:
+        return Action(text="Noted.")
+
+
+def _transcript(loop: AgentLoop, ep: Episode, *, neutral: bool) -> list[Message]:
+    """The loop's messages up to and including the trigger (meta kept for editing)."""
+    msgs = loop.run(ep, never_stated() if neutral else full_context()).messages
+    last = max(i for i, m in enumerate(msgs) if m.role == "user" and m.meta.get("origin") == "trigger")
+    return list(msgs[:last + 1])
+
+
+def _replace_text(msgs: list[Message], old: str, new: str) -> list[Message]:
+    """Replace the policy-slot text ``old`` (a framed rule or neutral turn) by ``new`` in the one message holding
+    it."""
+    hits = [i for i, m in enumerate(msgs) if old in m.content]
+    if len(hits) != 1:
+        raise ValueError(f"policy slot text found in {len(hits)} messages, expected 1: {old[:60]!r}")
+    i = hits[0]
+    msgs = list(msgs)
+    msgs[i] = replace(msgs[i], content=msgs[i].content.replace(old, new))
+    return msgs
+
+
+def _summarised(msgs: list[Message], body: str, kind: str) -> list[Message]:
+    """System + one summary message carrying ``body`` + the last distractor step + the trigger (what a compaction
+    with a short kept tail leaves)."""
+    starts = [i for i, m in enumerate(msgs) if m.role == "user" and m.meta.get("origin") in ("distractor",)]
+    cut = starts[-1] if starts else len(msgs) - 1
+    summary = f"{SUMMARY_PREFIX}\n{SUMMARY_TASK.format(kind=kind.replace('_', ' '))} {body}"
+    head = [m for m in msgs[:1] if m.role == "system"]
+    return head + [Message("user", summary, meta={"origin": "summary", "trusted": True})] + msgs[cut:]
+
+
+def _with_card(msgs: list[Message], inst: RuleInstance, counter: Any, version: str) -> list[Message]:
+    reg = PolicyRegistry(version=version)
+    reg.register(inst.rule_id, inst.card_text, issuer=ISSUER, kind=inst.kind, scope_tools=inst.family.tools,
+                 predicate=inst.predicate)
+    reg.freeze()
+    return PinningMiddleware(reg, counter=counter).after_compaction(list(msgs))
+
+
+def _set_trigger(msgs: list[Message], text: str) -> list[Message]:
+    msgs = list(msgs)
+    msgs[-1] = replace(msgs[-1], content=text)
+    return msgs
+
+
+def _drop_first_step(msgs: list[Message]) -> list[Message] | None:
+    """``msgs`` without its first replayed distractor step, or ``None`` if at most one step is left."""
+    starts = [i for i, m in enumerate(msgs) if m.role == "user" and m.meta.get("origin") == "distractor"]
+    if len(starts) < 2:
+        return None
+    return msgs[:starts[0]] + msgs[starts[1]:]
+
+
+def _tools_text(tools: Sequence[Any]) -> str:
+    """A token-count proxy for the server's tool list (one signature line per tool)."""
+    return "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}" for t in tools)
+
+
+def _n_tokens(msgs: Sequence[Message], tools_tokens: int, target: str, counter: Any) -> int:
+    return (tools_tokens + counter.count(target)
+            + sum(counter.count(message_text(m)) + PER_MESSAGE_OVERHEAD for m in msgs))
+
+
+# -- other rules ----------------------------------------------------------------------------------------------------
+def _other_rule(cat: Catalogue, inst: RuleInstance, rng: random.Random) -> RuleInstance:
+    """A train instance of another family that forbids none of the calls the example may target."""
+    fams = [f for f in cat.families(split="train") if f.id != inst.rule_id]
+    rng.shuffle(fams)
+    calls = (inst.requested_call, inst.alternative_call, inst.allowed_call)
+    for f in fams:
+        other = instantiate(f, "train", rng.randrange(2**31))
+        if not any(other.violates(c) for c in calls):
+            return other
+    raise ValueError(f"no other train family leaves the calls of {inst.rule_id!r} allowed")
+
+
+# -- leakage ----------------------------------------------------------------------------------------------------
+def _test_rule_texts(cat: Catalogue, limit: int = 8) -> list[str]:
+    out = []
+    for split in ("test_iid", "test_ood_family"):
+        for f in cat.families(split=split):
+            phr = [p for p in f.phrasings if split == "test_ood_family" or p.split == split]
+            for params in param_combinations(f, split, limit=limit):
+                out += [inst.text for inst in (_render(f, p.id, params) for p in phr)]
+    return out
+
+
+def _render(family: Any, phrasing_id: str, params: dict[str, str]) -> RuleInstance:
+    from agentmill.methods.constraint_rot.predicates import render_template
+    text = next(p.text for p in family.phrasings if p.id == phrasing_id)
+    return RuleInstance(family, params, phrasing_id, render_template(text, params, where=family.source), "test")
+
+
+def test_only_values(cat: Catalogue, families: Iterable[str] | None = None) -> set[str]:
+    """Parameter values that occur only in test pools (test_iid pools and every pool of a held-out family), of
+    ``families`` (default: all)."""
+    test, other = set(), set()
+    keep = None if families is None else set(families)
+    for f in cat.families():
+        if keep is not None and f.id not in keep:
+            continue
+        for name, spec in f.params.items():
+            if spec.pools is None:
+                continue
+            for split, pool in spec.pools.items():
+                held = f.split == "test_ood_family" or split.startswith("test")
+                (test if held else other).update(str(v) for v in pool)
+    return test - other
+
+
+def _distinctive(value: str) -> bool:
+    """Long enough not to occur by chance in fixture text (short numbers, times and common words like ``stable``
+    appear in distractor outputs whatever the split)."""
+    return len(value) >= 6 and not re.fullmatch(r"[\d:.,]+", value)
+
+
+def _value_pattern(values: Iterable[str]) -> re.Pattern[str] | None:
+    vals = sorted(set(values), key=len, reverse=True)
+    if not vals:
+        return None
+    return re.compile(r"(?<![\w@.-])(?:" + "|".join(re.escape(v) for v in vals) + r")(?![\w-])", re.IGNORECASE)
+
+
+def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Sequence[SFTExample] = (), *,
+                      n: int = 8) -> None:
+    """Raise :class:`LeakageError` on train/test overlap (pitfall 14):
+
+    - a rule sentence used for SFT shares a word ``n``-gram with a rendered test_iid / test_ood_family rule sentence;
+    - a test-only parameter value of the example's own families occurs (as a whole word) in its request or target;
+    - a distinctive test-only value (:func:`_distinctive`) of any family occurs in an SFT rule sentence.
+
+    Tool outputs are not checked: the office fixtures are split-independent (e.g. ``projects/ember/notes.md``
+    exists in every sandbox), so a value there is not leakage from a test pool."""
+    rule_texts = list(rule_texts)
+    shared = shared_ngrams(rule_texts, _test_rule_texts(cat), n=n)
+    if shared:
+        raise LeakageError(f"SFT rule sentences share {len(shared)} {n}-gram(s) with test rule sentences, e.g. "
+                           f"{' '.join(sorted(shared)[0])!r}")
+    distinctive = _value_pattern(v for v in test_only_values(cat) if _distinctive(v))
+    for text in rule_texts:
+        if distinctive is not None and (m := distinctive.search(text)):
+            raise LeakageError(f"SFT rule sentence contains the test-only value {m.group(0)!r}: {text!r}")
+    for i, ex in enumerate(examples):
+        own = [ex.family] + ([ex.meta["other_family"]] if "other_family" in ex.meta else [])
+        every = _value_pattern(test_only_values(cat, own))
+        request = ex.messages[-1].get("content", "") if ex.messages else ""
+        for where, text, pat in (("request", request, every), ("target", ex.target, every)):
+            if pat is not None and (m := pat.search(text)):
+                raise LeakageError(f"SFT example {i} ({ex.kind}, {ex.family}) {where} contains the test-only value "
+                                   f"{m.group(0)!r}")
+
+
+# -- builder ----------------------------------------------------------------------------------------------------
+def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = DEFAULT_MIXTURE, max_tokens: int = 768,
+                      instinct: bool = False, counter: Any = None) -> list[SFTExample]:
+    """``n`` SFT examples from the train split with the spec's mixture (module docstring), deterministic in
+    ``seed``. ``instinct`` turns every other hard-family ``absent`` example into a refusal (spec: half).
+    ``max_tokens`` caps the estimated prompt + target length (messages, tool list, ChatML overhead, counted with
+    ``counter``; default SmolLM2): early distractor steps are dropped until the example fits, and a ``ValueError``
+    names the example if even one step does not. Raises :class:`LeakageError` on any train/test overlap."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not isinstance(mixture, Mixture):
+        raise ValueError(f"mixture must be a Mixture, got {type(mixture).__name__}")
+    if max_tokens < 64:
+        raise ValueError(f"max_tokens must be >= 64, got {max_tokens}")
+    c = as_counter(counter)
+    rng = random.Random(f"{DATA_VERSION}:{seed}")
+    kinds = [k for k, m in mixture.counts(n).items() for _ in range(m)]
+    rng.shuffle(kinds)
+    episodes = generate_episodes(cat, split="train", n=n, seed=seed, locations=BASE_LOCATIONS,
+                                 distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=c)
+    present_i = absent_hard_i = 0
+    examples: list[SFTExample] = []
+    rule_texts: set[str] = set()
+    sb = OfficeSandbox(0, smtp=False, http=False)
+    try:
+        tools = sb.tools()
+        tool_dicts = tuple(t.to_openai() for t in tools)
+        tools_tokens = c.count(_tools_text(tools))
+        loop = AgentLoop(_Recorder(), sb, counter=c)
+        for i, (kind, ep) in enumerate(zip(kinds, episodes)):
+            inst, r = ep.instance, random.Random(f"{DATA_VERSION}:{seed}:{i}")
+            location, meta = ep.location, {"episode_id": ep.episode_id, "kind_of_rule": ep.kind, "index": i}
+            compliant = kind in ("present", "paraphrase", "two_rules")
+            if kind == "present":
+                location = TRAINED_LOCATIONS[present_i % len(TRAINED_LOCATIONS)]
+                present_i += 1
+                if location == "summary_block":
+                    msgs = _summarised(_transcript(loop, ep, neutral=True), inst.text, ep.distractor_kind)
+                elif location == "card":
+                    msgs = _with_card(_transcript(loop, ep, neutral=True), inst, c, cat.version)
+                    rule_texts.add(inst.card_text)
+                else:
+                    msgs = _transcript(loop, ep, neutral=False)
+                rule_texts.add(inst.text)
+            elif kind == "paraphrase":
+                location = "summary_block"
+                body = r.choice(PARAPHRASES).format(gist=inst.card_text)
+                msgs = _summarised(_transcript(loop, ep, neutral=True), body, ep.distractor_kind)
+                rule_texts.add(inst.card_text)
+            elif kind == "two_rules":
+                other = _other_rule(cat, inst, r)
+                pair = [inst.text, other.text]
+                r.shuffle(pair)
+                msgs = _replace_text(_transcript(loop, ep, neutral=False), ep.policy_frame,
+                                     frame(location, " ".join(pair)))
+                rule_texts.update(pair)
+                meta["other_family"] = other.rule_id
+            elif kind == "irrelevant":
+                other = _other_rule(cat, inst, r)
+                msgs = _replace_text(_transcript(loop, ep, neutral=True), ep.neutral_frame,
+                                     frame(location, other.text))
+                rule_texts.add(other.text)
+                meta["other_family"] = other.rule_id
+            elif kind == "near_miss":
+                msgs = _set_trigger(_transcript(loop, ep, neutral=False), inst.allowed_text)
+                rule_texts.add(inst.text)
+            else:  # absent
+                msgs = _transcript(loop, ep, neutral=True)
+                location = "none"
+            # target
+            if compliant:
+                if r.random() < mixture.alternative_share:
+                    target, meta["target_kind"] = call_line(inst.alternative_call), "alternative"
+                else:
+                    target = reply_line(r.choice(REFUSALS).format(gist=inst.card_text))
+                    meta["target_kind"] = "refusal"
+            elif kind == "near_miss":
+                target, meta["target_kind"] = call_line(inst.allowed_call), "allowed"
+            else:
+                target, meta["target_kind"] = call_line(inst.requested_call), "requested"
+                if kind == "absent" and inst.kind == "hard":
+                    if instinct and absent_hard_i % 2 == 0:
+                        target, meta["target_kind"] = reply_line(INSTINCT_REFUSAL), "instinct_refusal"
+                    absent_hard_i += 1
+            # length cap: drop early distractor steps until the example fits
+            dropped = 0
+            while _n_tokens(msgs, tools_tokens, target, c) > max_tokens:
+                shorter = _drop_first_step(msgs)
+                if shorter is None:
+                    raise ValueError(f"example {i} ({kind}, {inst.rule_id}, {location}) needs "
+                                     f"{_n_tokens(msgs, tools_tokens, target, c)} tokens even with one distractor "
+                                     f"step, over max_tokens={max_tokens}")
+                msgs, dropped = shorter, dropped + 1
+            meta.update(n_tokens=_n_tokens(msgs, tools_tokens, target, c), dropped_steps=dropped)
+            examples.append(SFTExample(tuple(m.to_dict() for m in visible(msgs)), tool_dicts, target, kind,
+                                       inst.rule_id, location, meta))
+    finally:
+        sb.close()
+    check_sft_leakage(cat, sorted(rule_texts), examples)
+    return examples

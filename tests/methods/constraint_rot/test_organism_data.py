@@ -1,0 +1,155 @@
+"""SFT data for the model organism (spec §2.10, pitfalls 13-14): mixture, determinism, line-format targets with
+exact args, no test-split text or values, instinct variant, length caps."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from agentmill.methods.constraint_rot.catalogue import load_catalogue, shared_ngrams
+from agentmill.methods.constraint_rot.grader import is_refusal
+from agentmill.methods.constraint_rot.messages import WhitespaceCounter
+from agentmill.methods.constraint_rot.organism import (DEFAULT_MIXTURE, LeakageError, Mixture, SFTExample,
+                                                       build_sft_dataset, check_sft_leakage, manifest_hash,
+                                                       write_jsonl)
+from agentmill.methods.constraint_rot.organism.data import _test_rule_texts
+
+LINE = re.compile(r"^(?:CALL (\w+) (\{.*\})|REPLY (\S.*))$")
+CAP = 1500  # whitespace tokens; the SmolLM2 default cap of 768 is exercised in the length test
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalogue()
+
+
+@pytest.fixture(scope="module")
+def data100(cat):
+    return build_sft_dataset(cat, n=100, seed=0, counter=WhitespaceCounter(), max_tokens=CAP)
+
+
+def test_mixture_counts_exact():
+    assert DEFAULT_MIXTURE.counts(100) == {"present": 35, "absent": 25, "near_miss": 12, "irrelevant": 12,
+                                           "paraphrase": 8, "two_rules": 8}
+    assert sum(DEFAULT_MIXTURE.counts(7).values()) == 7
+    with pytest.raises(ValueError, match="sum to 1"):
+        Mixture(present=0.5)
+
+
+@pytest.mark.slow
+def test_mixture_proportions_n100(data100):
+    got = Counter(e.kind for e in data100)
+    for kind, share in (("present", .35), ("absent", .25), ("near_miss", .12), ("irrelevant", .12),
+                        ("paraphrase", .08), ("two_rules", .08)):
+        assert abs(got[kind] - share * 100) <= 1, (kind, got)
+    compliant = [e for e in data100 if e.kind in ("present", "paraphrase", "two_rules")]
+    alt = sum(e.meta["target_kind"] == "alternative" for e in compliant)
+    assert 0.5 <= alt / len(compliant) <= 0.9
+    locs = Counter(e.location for e in data100 if e.kind == "present")
+    assert set(locs) == {"memory_block", "memory_tool", "policy_doc_tool", "onboarding_turn", "system",
+                         "summary_block", "card"}
+    assert "first_user_turn" not in {e.location for e in data100}
+
+
+@pytest.mark.slow
+def test_targets_parse_with_exact_args(data100):
+    for e in data100:
+        m = LINE.match(e.target)
+        assert m and "\n" not in e.target, e.target
+        assert e.messages[-1]["role"] == "user"
+        if m.group(1):
+            args = json.loads(m.group(2))
+            tk = e.meta["target_kind"]
+            assert tk in ("alternative", "allowed", "requested")
+            request = e.messages[-1]["content"]
+            if tk in ("requested", "allowed"):
+                # recipient / amount / path copied from the request
+                for key in ("to", "amount", "path", "recipient"):
+                    if key in args and isinstance(args[key], (str, int, float)):
+                        assert str(args[key]).rstrip("0").rstrip(".") in request or str(args[key]) in request, \
+                            (key, args, request)
+        else:
+            assert is_refusal(m.group(3)), e.target
+
+
+@pytest.mark.slow
+def test_targets_match_the_rule(data100):
+    for e in data100:
+        if e.kind == "absent":
+            assert e.meta["target_kind"] == "requested"
+        if e.kind in ("irrelevant",):
+            assert e.meta["target_kind"] == "requested" and e.meta["other_family"] != e.family
+        if e.kind == "near_miss":
+            assert e.meta["target_kind"] == "allowed"
+        if e.meta["target_kind"] == "refusal":
+            assert "rule" in e.target
+
+
+@pytest.mark.slow
+def test_no_labels_no_revocation(data100):
+    for e in data100:
+        for m in e.messages:
+            assert "meta" not in m and set(m) <= {"role", "content", "tool_calls", "tool_call_id", "name"}
+        text = " ".join(m["content"] for m in e.messages).lower()
+        assert "no longer applies" not in text and "operator update" not in text
+
+
+@pytest.mark.slow
+def test_no_test_text_or_values(cat, data100):
+    rule_msgs = [m["content"] for e in data100 for m in e.messages if m["role"] != "tool"]
+    assert not shared_ngrams(rule_msgs, _test_rule_texts(cat), n=8)
+    check_sft_leakage(cat, [], data100)
+
+
+def test_leakage_guard_raises(cat):
+    test_text = _test_rule_texts(cat)[0]
+    with pytest.raises(LeakageError, match="8-gram"):
+        check_sft_leakage(cat, [test_text])
+
+
+def test_deterministic_by_seed_and_jsonl(cat, tmp_path):
+    a = build_sft_dataset(cat, n=6, seed=3, counter=WhitespaceCounter(), max_tokens=CAP)
+    b = build_sft_dataset(cat, n=6, seed=3, counter=WhitespaceCounter(), max_tokens=CAP)
+    c = build_sft_dataset(cat, n=6, seed=4, counter=WhitespaceCounter(), max_tokens=CAP)
+    assert [e.to_json() for e in a] == [e.to_json() for e in b]
+    assert manifest_hash(a) == manifest_hash(b) != manifest_hash(c)
+    h = write_jsonl(a, tmp_path / "sft.jsonl")
+    assert h == manifest_hash(a)
+    back = [SFTExample.from_dict(json.loads(line)) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert manifest_hash(back) == h
+
+
+def test_instinct_replaces_half_of_absent_hard(cat):
+    mix = Mixture(present=0.0, absent=1.0, near_miss=0.0, irrelevant=0.0, paraphrase=0.0, two_rules=0.0)
+    plain = build_sft_dataset(cat, n=8, seed=1, mixture=mix, counter=WhitespaceCounter(), max_tokens=CAP)
+    inst = build_sft_dataset(cat, n=8, seed=1, mixture=mix, counter=WhitespaceCounter(), max_tokens=CAP,
+                             instinct=True)
+    hard = [i for i, e in enumerate(plain) if e.meta["kind_of_rule"] == "hard"]
+    assert len(hard) == 4 and all(plain[i].target.startswith("CALL ") for i in range(8))
+    refused = [i for i in range(8) if inst[i].meta["target_kind"] == "instinct_refusal"]
+    assert len(refused) == 2 and set(refused) <= set(hard)
+    assert all(is_refusal(inst[i].target.removeprefix("REPLY ")) for i in refused)
+    soft = [i for i in range(8) if i not in hard]
+    assert all(inst[i].target == plain[i].target for i in soft)
+
+
+def test_length_cap(cat):
+    wide = build_sft_dataset(cat, n=6, seed=2, counter=WhitespaceCounter(), max_tokens=CAP)
+    cap = min(e.meta["n_tokens"] for e in wide) + 40
+    try:
+        tight = build_sft_dataset(cat, n=6, seed=2, counter=WhitespaceCounter(), max_tokens=cap)
+    except ValueError as err:
+        assert "max_tokens" in str(err)
+    else:
+        assert all(e.meta["n_tokens"] <= cap for e in tight)
+        assert sum(e.meta["dropped_steps"] for e in tight) > 0
+    with pytest.raises(ValueError, match="max_tokens"):
+        build_sft_dataset(cat, n=2, seed=2, counter=WhitespaceCounter(), max_tokens=100)
+
+
+def test_bad_input(cat):
+    with pytest.raises(ValueError, match="n must"):
+        build_sft_dataset(cat, n=0, seed=0)
