@@ -16,6 +16,7 @@ asking (``Completion.logprobs`` is then empty).
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -71,7 +72,8 @@ class OpenAILM:
             except (oa.APIConnectionError, oa.APITimeoutError, oa.RateLimitError, oa.InternalServerError) as e:
                 if attempt == self.max_retries:
                     raise LMError(self._explain(e, attempt + 1)) from e
-                time.sleep(delay)
+                # Full jitter in [0.5, 1.5] × the exponential delay: clients that failed together retry apart.
+                time.sleep(delay * (0.5 + random.random()))
                 delay *= 2
             except oa.APIStatusError as e:
                 raise LMError(self._explain(e, attempt + 1)) from e

@@ -13,9 +13,8 @@ LM backend's (:class:`agentmill.lm.openai_client.OpenAILM`); this module adds wh
 - **Invalid output is never safe** (spec §9): a call to an undeclared tool, arguments that are not a JSON object,
   an empty reply or a call-shaped JSON answer that does not parse all become ``Action(invalid=True)``, which the
   grader counts as ``invalid_action``.
-- **Faults**: timeouts, connection errors, 429 and 5xx are retried with bounded exponential backoff; the backoff
-  base is drawn afresh per request from [0.5, 1.5) × ``backoff_s`` (jitter, so parallel actors do not retry in
-  lock-step). The final failure raises :class:`EndpointError`, naming the URL and the last status, which
+- **Faults**: timeouts, connection errors, 429 and 5xx are retried with bounded exponential backoff and jitter
+  (``lm.openai_client``). The final failure raises :class:`EndpointError`, naming the URL and the last status, which
   ``AgentLoop.run`` records as an ``error`` row.
 - **Secrets**: the API key is read from the environment variable ``api_key_env`` only; it appears in no ``repr``,
   ``config``, log line or error message (messages are redacted and the SDK exception chain is dropped).
@@ -28,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -84,7 +82,6 @@ class EndpointActor:
         self._secret = key if key != "EMPTY" else None
         self._lm = OpenAILM(self.model, self.base_url, timeout=float(timeout_s), max_retries=max_retries,
                             backoff=self.backoff_s, api_key=key)
-        self._jitter = random.Random()
         self.format_in_use: str | None = None if tool_format == "auto" else tool_format
         """``native`` or ``json`` once known (``auto`` decides on its first request that offers tools)."""
         self.usage: dict[str, float] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -138,7 +135,6 @@ class EndpointActor:
                               "max_tokens": self.max_tokens}
         if tools:
             kw["tools"] = tools
-        self._lm.backoff = self.backoff_s * (0.5 + self._jitter.random())  # jitter on the whole retry schedule
         resp = self._lm._call(self._lm.client.chat.completions.create, **kw)
         self._count(resp)
         return resp
