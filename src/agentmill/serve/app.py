@@ -26,8 +26,8 @@ from typing import Any
 
 from agentmill.lm.engine import SamplingParams
 from agentmill.serve.loop import BatchingLoop
-from agentmill.serve.tools import ParsedOutput, ToolRequest, ToolRequestError, parse_tool_call, parse_tool_request, \
-    template_messages
+from agentmill.serve.tools import ParsedOutput, ToolRequest, ToolRequestError, chat_prompt_ids, parse_tool_call, \
+    parse_tool_request, template_renders_tool_role
 
 UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs")
 
@@ -76,34 +76,15 @@ def sampling_from(body: dict[str, Any]) -> SamplingParams:
         raise RequestError(str(e)) from None
 
 
-def template_renders_tool_role(tokenizer: Any) -> bool:
-    """Whether the chat template renders a ``tool`` message's content (ChatML renders any role; templates that
-    raise on or drop unknown roles do not), so tool results can keep their role."""
-    probe = "agentmill-tool-role-probe"
-    try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "tool", "content": probe}],
-                                             add_generation_prompt=True, tokenize=False)
-    except Exception:  # noqa: BLE001 - jinja raise_exception, KeyError, ...: any failure means "not supported"
-        return False
-    return isinstance(text, str) and probe in text
-
-
 def render_chat(tokenizer: Any, messages: Any, tools: ToolRequest | None = None, *, tool_role: bool = True
                 ) -> list[int]:
     """Token ids of the chat prompt; with ``tools`` the tool list is in the system message and the assistant turn
-    starts with ``tools.prefill``."""
+    starts with ``tools.prefill`` (:func:`agentmill.lm.chat_tools.chat_prompt_ids`, which the model organism uses
+    too)."""
     try:
-        clean = template_messages(messages, tools, tool_role=tool_role)
+        return chat_prompt_ids(tokenizer, messages, tools, tool_role=tool_role)
     except ToolRequestError as e:
         raise RequestError(str(e), e.param) from None
-    # The template is used as shipped: SmolLM2's injects a default system message when none is given.
-    ids = tokenizer.apply_chat_template(clean, add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys"):            # transformers 5 returns a BatchEncoding
-        ids = ids["input_ids"]
-    ids = [int(t) for t in ids]
-    if tools is not None and tools.prefill:
-        ids += [int(t) for t in tokenizer.encode(tools.prefill, add_special_tokens=False)]
-    return ids
 
 
 def tool_message(parsed: ParsedOutput, tools: ToolRequest, finish_reason: str) -> tuple[dict[str, Any], str]:
