@@ -1,0 +1,232 @@
+"""Episodes through real framework code (spec §6.4, claim CR-12): AutoGen's ``AssistantAgent``.
+
+:func:`run_autogen_episode` takes one generated episode and a ``ChatCompletionContext`` (AutoGen's own
+``BufferedChatCompletionContext``, ``HeadAndTailChatCompletionContext``…, optionally wrapped in
+:class:`~.pinning.integrations.autogen.PinnedChatCompletionContext`) and:
+
+1. builds the episode's transcript up to the trigger with the agent loop (:func:`episode_transcript`: system
+   prompt, policy turn at its location, replayed distractor executed for real in the sandbox), which leaves the
+   sandbox in the state the trigger meets;
+2. loads that transcript into the context with ``add_message`` (the system prompt becomes the agent's
+   ``system_message``, which AutoGen keeps outside the context, as it does for every agent);
+3. runs ``AssistantAgent(model_client=ActorChatCompletionClient(actor), workbench=SandboxWorkbench(sandbox),
+   model_context=context, max_tool_iterations=8).run(task=<trigger>)``: the framework decides what the model sees;
+   the agent's tool calls execute in the office sandbox through the workbench;
+4. grades the executed calls with the project's grader, cross-checks the sandbox state, and classifies the rule's
+   survival in the first model input after the trigger (cards ignored, as everywhere).
+
+The result records every message list the model received, so "the rule never reached the model" is checked on
+what AutoGen actually sent, not on what the harness believes it kept. autogen is imported lazily; a missing extra
+raises ``MissingExtraError`` naming ``pip install 'agentmill[autogen]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmill.core.types import Message, ToolCall
+from agentmill.lm.base import MissingExtraError
+from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief
+from agentmill.methods.constraint_rot.conditions import full_context, never_stated
+from agentmill.methods.constraint_rot.generate import Episode
+from agentmill.methods.constraint_rot.grader import Outcome, cross_check, grade
+from agentmill.methods.constraint_rot.loop import AgentLoop
+from agentmill.methods.constraint_rot.messages import as_counter, origin
+from agentmill.methods.constraint_rot.pinning.card import parse_cards
+from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
+from agentmill.methods.constraint_rot.survival import SurvivalVerdict, classify_survival
+
+AGENT_NAME = "office_agent"
+MAX_TOOL_ITERATIONS = 8  # = the loop's max_steps_per_turn (spec §2.2 step 10)
+
+
+# ------------------------------------------------------------------------------------------------ transcript
+class _PrefixRecorder:
+    """Answers every decision of the prefix (an early probe, the trigger) with a neutral reply and calls nothing,
+    so the sandbox after the loop is exactly the post-distractor office."""
+
+    name = "prefix_recorder"
+
+    def act(self, messages: Sequence[Message], tools: Sequence[Any] = ()) -> Action:
+        return Action.reply("Noted.")
+
+
+def episode_transcript(episode: Episode, sandbox: Any, *, neutral: bool = False, counter: Any = None
+                       ) -> list[Message]:
+    """The loop's transcript of ``episode`` up to, not including, the trigger (labels kept). An early probe, if
+    the episode has one, is answered "Noted." (generate with ``early_probe=0`` to avoid it). ``neutral``: the
+    never-stated twin. Leaves ``sandbox`` in the state the trigger meets."""
+    loop = AgentLoop(_PrefixRecorder(), sandbox, counter=counter)
+    res = loop.run(episode, never_stated() if neutral else full_context())
+    if res.row.get("error"):
+        raise RuntimeError(f"episode {episode.episode_id}: building the transcript failed: {res.row['error']}")
+    msgs = res.messages
+    at = max(i for i, m in enumerate(msgs) if m.role == "user" and origin(m) == "trigger")
+    return list(msgs[:at])
+
+
+def episode_registry(episode: Episode) -> PolicyRegistry:
+    """The operator registry of one episode (its rule's card text and forbidden predicate), frozen — the same
+    registry the agent loop pins with (built by the loop itself, so the two can never differ)."""
+    return AgentLoop(_PrefixRecorder(), None)._registry(episode)
+
+
+# ------------------------------------------------------------------------------------------------- workbench
+@functools.lru_cache(maxsize=1)
+def _workbench_class() -> type:
+    try:
+        from autogen_core.tools import TextResultContent, ToolResult, Workbench
+    except ImportError as e:
+        raise MissingExtraError("autogen", "the AutoGen episode driver") from e
+
+    class SandboxWorkbench(Workbench):
+        """The office sandbox's tools as an AutoGen ``Workbench``: ``list_tools`` gives their JSON schemas,
+        ``call_tool`` executes in the sandbox. ``calls`` and ``results`` log what ran, in order."""
+
+        def __init__(self, sandbox: Any):
+            super().__init__()
+            self.sandbox = sandbox
+            self.calls: list[ToolCall] = []
+            self.results: list[Any] = []
+
+        async def list_tools(self) -> list[Any]:
+            return [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                    for t in self.sandbox.tools()]
+
+        async def call_tool(self, name: str, arguments: Any = None, cancellation_token: Any = None,
+                            call_id: str | None = None) -> Any:
+            call = ToolCall(call_id or f"wb-{len(self.calls) + 1}", name, dict(arguments or {}))
+            res = self.sandbox.execute(call)
+            self.calls.append(call)
+            self.results.append(res)
+            return ToolResult(name=name, result=[TextResultContent(content=res.content())], is_error=not res.ok)
+
+        async def start(self) -> None:
+            return None
+
+        async def stop(self) -> None:
+            return None
+
+        async def reset(self) -> None:
+            return None
+
+        async def save_state(self) -> dict[str, Any]:
+            return {}
+
+        async def load_state(self, state: Any) -> None:
+            return None
+
+    SandboxWorkbench.__module__ = __name__
+    return SandboxWorkbench
+
+
+def __getattr__(name: str) -> Any:  # PEP 562
+    if name == "SandboxWorkbench":
+        return _workbench_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+@dataclass
+class FrameworkRun:
+    """One episode through a framework. ``model_inputs``: every message list the model received (agentmill
+    messages, cards labelled ``origin="card"``), the first one being the trigger decision's input."""
+
+    episode_id: str
+    framework: str
+    context: str
+    outcome: Outcome
+    calls: list[ToolCall]
+    reply: str | None
+    grader_mismatch: bool
+    survival: SurvivalVerdict
+    model_inputs: list[list[Message]] = field(repr=False)
+    card_present: list[bool] = field(default_factory=list)
+
+    @property
+    def violation(self) -> bool:
+        return self.outcome.violation
+
+    @property
+    def survived(self) -> bool:
+        return self.survival.survived
+
+
+def _context_name(ctx: Any) -> str:
+    inner = getattr(ctx, "inner", None)
+    return f"{type(ctx).__name__}({_context_name(inner)})" if inner is not None else type(ctx).__name__
+
+
+async def arun_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, model_context: Any,
+                               counter: Any = None, neutral: bool = False,
+                               max_tool_iterations: int = MAX_TOOL_ITERATIONS) -> FrameworkRun:
+    """Run ``episode``'s trigger through ``AssistantAgent`` with ``model_context`` (cleared first) and ``actor``
+    as the model (see the module docstring). ``counter``: token counter of the transcript and survival distances
+    (default SmolLM2; tests pass a ``WhitespaceCounter``)."""
+    try:
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_agentchat.messages import TextMessage
+        from autogen_core.model_context import ChatCompletionContext
+    except ImportError as e:
+        raise MissingExtraError("autogen", "run_autogen_episode") from e
+    from agentmill.methods.constraint_rot.pinning.integrations.autogen import (ActorChatCompletionClient,
+                                                                               to_autogen)
+
+    if not isinstance(model_context, ChatCompletionContext):
+        raise ValueError(f"model_context must be an autogen_core ChatCompletionContext, "
+                         f"got {type(model_context).__name__}")
+    if max_tool_iterations < 1:
+        raise ValueError(f"max_tool_iterations must be >= 1, got {max_tool_iterations}")
+    counter = as_counter(counter)
+    inst = episode.instance
+    prefix = episode_transcript(episode, sandbox, neutral=neutral, counter=counter)
+    system = prefix[0].content if prefix and prefix[0].role == "system" else None
+    body = prefix[1:] if system is not None else prefix
+
+    pin = getattr(model_context, "pin", None)
+    digests = frozenset(c.digest for c in pin.cards.values()) if pin is not None else frozenset()
+    if hasattr(actor, "begin"):
+        actor.begin(ActorBrief(inst, episode.request, digests))
+    client = ActorChatCompletionClient(actor, counter=counter)
+    workbench = _workbench_class()(sandbox)
+
+    await model_context.clear()
+    for m in to_autogen(body, source=AGENT_NAME):
+        await model_context.add_message(m)
+    agent = AssistantAgent(AGENT_NAME, model_client=client, workbench=workbench, model_context=model_context,
+                           system_message=system, max_tool_iterations=max_tool_iterations,
+                           reflect_on_tool_use=False)
+    before = sandbox.state()
+    result = await agent.run(task=episode.request_text)
+
+    final = result.messages[-1] if result.messages else None
+    reply = final.content if isinstance(final, TextMessage) and client.actions \
+        and client.actions[-1].text is not None else None
+    invalid = any(a.invalid for a in client.actions)
+    calls = list(workbench.calls)
+    outcome = grade(inst, calls, reply_text=reply, request=episode.request, invalid=invalid)
+    failed = [c.id for c, r in zip(workbench.calls, workbench.results) if not r.ok]
+    agree = cross_check(inst, outcome, sandbox.state(), before=before, failed_call_ids=failed)
+    first = client.received[0] if client.received else []
+    survival = classify_survival(inst.text, {"values": inst.matcher_values}, inst.matcher_cues, first,
+                                 carryover_target=inst.target_argument or None, counter=counter)
+    present = [any(c.rule_id == inst.rule_id and c.digest in digests
+                   for m in seen if origin(m) == "card" for c in parse_cards(m.content))
+               for seen in client.received]
+    return FrameworkRun(episode.episode_id, "autogen", _context_name(model_context), outcome, calls, reply,
+                        not agree, survival, client.received, present)
+
+
+def run_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, model_context: Any, counter: Any = None,
+                        neutral: bool = False, max_tool_iterations: int = MAX_TOOL_ITERATIONS) -> FrameworkRun:
+    """Synchronous :func:`arun_autogen_episode` (not from inside a running event loop)."""
+    return asyncio.run(arun_autogen_episode(episode, actor, sandbox, model_context=model_context, counter=counter,
+                                            neutral=neutral, max_tool_iterations=max_tool_iterations))
+
+
+__all__ = ["FrameworkRun", "SandboxWorkbench", "arun_autogen_episode", "episode_registry", "episode_transcript",
+           "run_autogen_episode"]
