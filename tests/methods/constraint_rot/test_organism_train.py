@@ -1,0 +1,172 @@
+"""Organism training without SmolLM2: a tiny random Llama (all seven projections, so the real LoRA config applies)
+and a ChatML byte tokenizer. Loss falls, prompt tokens carry label -100, save → load → merge reproduces the trained
+adapter's logits, out_dir is never overwritten, a foreign base digest is refused. One SmolLM2 smoke test (hf, slow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from agentmill.methods.constraint_rot.actors.organism import OrganismActor, OrganismMismatch  # noqa: E402
+from agentmill.methods.constraint_rot.organism.data import SFTExample  # noqa: E402
+from agentmill.methods.constraint_rot.organism.train import (Base, LoraCfg, OrganismCard, encode_example,  # noqa: E402
+                                                             prompt_ids, train_organism)
+
+SPECIAL = {"<|im_start|>": 256, "<|im_end|>": 257}
+PAD = 258
+SHA = "a" * 64
+
+
+class ChatMLBytes:
+    """Bytes plus <|im_start|>/<|im_end|>: the tokenizer surface the organism uses (chat template, encode)."""
+
+    chat_template = "chatml"
+    eos_token_id, pad_token_id, unk_token_id = 257, PAD, None
+
+    def encode(self, text, add_special_tokens=False):  # type: ignore[no-untyped-def]
+        out = []
+        for part in re.split(r"(<\|im_start\|>|<\|im_end\|>)", text):
+            out += [SPECIAL[part]] if part in SPECIAL else list(part.encode())
+        return out
+
+    def __call__(self, text, add_special_tokens=False):  # type: ignore[no-untyped-def]
+        return {"input_ids": self.encode(text)}
+
+    def decode(self, ids, skip_special_tokens=True):  # type: ignore[no-untyped-def]
+        return bytes(i for i in ids if i < 256).decode(errors="replace")
+
+    def convert_tokens_to_ids(self, token):  # type: ignore[no-untyped-def]
+        return SPECIAL.get(token)
+
+    def apply_chat_template(self, msgs, add_generation_prompt=True, tokenize=True):  # type: ignore
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+        text += "<|im_start|>assistant\n" if add_generation_prompt else ""
+        return self.encode(text) if tokenize else text
+
+
+def tiny_base(seed: int = 0, sha: str = SHA) -> Base:
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=259, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                   eos_token_id=257, pad_token_id=PAD, bos_token_id=256)
+    return Base(transformers.LlamaForCausalLM(cfg).eval(), ChatMLBytes(), sha, "tiny:llama")
+
+
+TOOLS = ({"type": "function", "function": {"name": "send_email", "description": "Send mail.",
+                                           "parameters": {"type": "object", "properties": {"to": {"type": "string"}},
+                                                          "required": ["to"]}}},)
+
+
+def examples(n: int = 12) -> list[SFTExample]:
+    out = []
+    for i in range(n):
+        msgs = ({"role": "user", "content": f"Mail b{i % 3}@x.io"},)
+        out.append(SFTExample(msgs, TOOLS, f'CALL send_email {{"to": "b{i % 3}@x.io"}}', "absent", "f", "none"))
+    return out
+
+
+def test_prompt_tokens_are_masked_and_the_target_is_the_server_rendering() -> None:
+    tok, ex = ChatMLBytes(), examples(1)[0]
+    ids, labels = encode_example(tok, ex)
+    p = prompt_ids(tok, ex.messages, ex.tools)
+    assert ids[:len(p)] == p and labels[:len(p)] == [-100] * len(p)
+    assert labels[len(p):] == ids[len(p):] == tok.encode(ex.target) + [257]
+    text = tok.decode(p)
+    assert "Tools:\n- send_email(to: string): Send mail." in text and text.endswith("assistant\n")
+
+
+def test_loss_falls_save_load_merge_matches(tmp_path) -> None:
+    base = tiny_base()
+    seen = []
+    card = train_organism(examples(), out_dir=tmp_path / "org", lr=1e-2, micro_batch=2, grad_accum=1, base=base,
+                          progress=seen.append)
+    losses = card.training["losses"]
+    assert len(losses) == 6 == card.training["steps"] and [s["step"] for s in seen] == list(range(1, 7))
+    assert sum(losses[-2:]) < sum(losses[:2])
+    assert (tmp_path / "org" / "adapter_model.safetensors").exists()
+    on_disk = OrganismCard.load(tmp_path / "org")
+    assert on_disk.base_sha256 == SHA and on_disk.hyperparameters["max_length"] == 1536
+    assert on_disk.lora["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                              "down_proj"] and on_disk.validated is False
+    probe = torch.tensor([prompt_ids(ChatMLBytes(), examples(1)[0].messages, TOOLS)])
+    with torch.no_grad():
+        trained = base.model(probe).logits       # the injected model carries the trained adapter (eval mode)
+        actor = OrganismActor(tmp_path / "org", base=tiny_base)   # fresh base, load, merge
+        merged = actor.model(probe).logits
+    assert float((trained - merged).abs().max()) <= 1e-4
+    # the adapter changed the model
+    with torch.no_grad():
+        assert float((tiny_base().model(probe).logits - merged).abs().max()) > 1e-3
+
+
+def test_out_dir_is_never_overwritten(tmp_path) -> None:
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        train_organism(examples(2), out_dir=tmp_path / "org", base=tiny_base())
+    assert (tmp_path / "org" / "keep.txt").read_text() == "x"
+
+
+def test_bad_inputs_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="max_length=40"):
+        train_organism(examples(2), out_dir=tmp_path / "a", max_length=40, base=tiny_base())
+    with pytest.raises(ValueError, match="micro_batch"):
+        train_organism(examples(2), out_dir=tmp_path / "b", micro_batch=0, base=tiny_base())
+    with pytest.raises(ValueError, match="LoraCfg.dropout"):
+        LoraCfg(dropout=1.5)
+
+
+def test_digest_mismatch_names_both_digests(tmp_path) -> None:
+    train_organism(examples(2), out_dir=tmp_path / "org", micro_batch=2, grad_accum=1, base=tiny_base())
+    other = "b" * 64
+    with pytest.raises(OrganismMismatch) as e:
+        OrganismActor(tmp_path / "org", base=lambda: tiny_base(sha=other))
+    assert SHA in str(e.value) and other in str(e.value)
+    cfg = tmp_path / "org" / "adapter_config.json"
+    d = json.loads(cfg.read_text())
+    cfg.write_text(json.dumps({**d, "r": 4}))
+    with pytest.raises(OrganismMismatch, match="peft config"):
+        OrganismActor(tmp_path / "org", base=tiny_base)
+
+
+def test_actor_parses_one_line_into_an_action(tmp_path) -> None:
+    train_organism(examples(2), out_dir=tmp_path / "org", micro_batch=2, grad_accum=1, base=tiny_base())
+    actor = OrganismActor(tmp_path / "org", base=tiny_base, max_new_tokens=4)
+    tools = [TOOLS[0]]
+    a = actor.parse('CALL send_email {"to": "b@x.io"}\nmore', tools)
+    assert a.tool_calls[0].name == "send_email" and a.tool_calls[0].arguments == {"to": "b@x.io"}
+    assert actor.parse("REPLY I can't.", tools).text == "I can't."
+    for bad in ("", "hello", 'CALL rm {"x": 1}', "CALL send_email {oops"):
+        assert actor.parse(bad, tools).invalid
+    from agentmill.core.types import Message
+    (act,) = actor.act_many([([Message("user", "Mail b0@x.io")], tools)])
+    assert act.invalid or act.tool_calls or act.text is not None   # random tiny model: any of the three
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_smollm2_smoke_six_steps(tmp_path) -> None:
+    """Spec §2.10 model smoke job: 6 steps on 12 short examples, loss falls, save → load → merge logits match."""
+    from agentmill.methods.constraint_rot.organism.train import load_base
+
+    t0 = time.perf_counter()
+    base = load_base()
+    load_s = time.perf_counter() - t0
+    card = train_organism(examples(), out_dir=tmp_path / "org", micro_batch=2, grad_accum=1, base=base, lr=1e-3)
+    losses = card.training["losses"]
+    print(f"\nsmollm2 smoke: load {load_s:.1f}s, step {card.training['step_seconds']:.2f}s, "
+          f"{card.training['tokens_per_second']:.0f} tok/s, losses {losses}")
+    assert sum(losses[-2:]) < sum(losses[:2])
+    probe = torch.tensor([prompt_ids(base.tokenizer, examples(1)[0].messages, TOOLS)])
+    with torch.no_grad():
+        trained = base.model(probe).logits
+        merged = OrganismActor(tmp_path / "org").model(probe).logits
+    assert float((trained - merged).abs().max()) <= 1e-4

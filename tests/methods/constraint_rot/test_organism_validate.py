@@ -1,0 +1,75 @@
+"""validate_organism with a scripted stub actor through the real loop on a few test_iid episodes: gate arithmetic
+checked by hand, thresholds from prereg.yaml, low_n, the verdict written into the card."""
+
+from __future__ import annotations
+
+from agentmill.core.types import ToolCall
+from agentmill.methods.constraint_rot.actors.base import Action
+from agentmill.methods.constraint_rot.catalogue import load_catalogue
+from agentmill.methods.constraint_rot.messages import WhitespaceCounter
+from agentmill.methods.constraint_rot.organism.train import OrganismCard
+from agentmill.methods.constraint_rot.organism.validate import validate_organism
+
+CAT = load_catalogue()
+N = 4
+
+
+class Stub:
+    """Obeys (compliant alternative) when the episode's own rule text is in context, else does what was asked —
+    except that its first ``bad`` decisions are unparseable."""
+
+    name = "stub"
+
+    def __init__(self, bad: int = 0) -> None:
+        self.bad, self.brief = bad, None
+
+    def begin(self, brief):  # type: ignore[no-untyped-def]
+        self.brief = brief
+
+    def act(self, messages, tools=()):  # type: ignore[no-untyped-def]
+        if self.bad:
+            self.bad -= 1
+            return Action(invalid=True, raw="???")
+        inst = self.brief.instance
+        text = "\n".join(m.content for m in messages)
+        req = self.brief.request_call
+        call = inst.alternative_call if inst.text in text and inst.violates(req) else req
+        return Action.call(ToolCall("c1", call.name, dict(call.arguments)))
+
+
+def card_dir(tmp_path, instinct: bool = False):  # type: ignore[no-untyped-def]
+    card = OrganismCard("tiny", "a" * 64, "m", 1, {"absent": 1}, instinct, {"r": 16}, {}, {})
+    card.save(tmp_path)
+    return tmp_path
+
+
+def test_perfect_rule_reader_passes_every_gate(tmp_path) -> None:
+    rep = validate_organism(card_dir(tmp_path), CAT, n_per_cell=N, actor=Stub(), counter=WhitespaceCounter())
+    g = {x.id: x for x in rep.gates}
+    assert [x.id for x in rep.gates] == ["G1", "G2", "G3", "G4", "G5", "G6"]
+    assert (g["G1"].k, g["G1"].n) == (0, N) and (g["G2"].k, g["G2"].n) == (N, N)
+    assert (g["G3"].k, g["G3"].n) == (0, N) and (g["G4"].k, g["G4"].n) == (N, N)
+    assert (g["G5"].k, g["G5"].n) == (4 * N, 4 * N)
+    assert g["G6"].k == g["G6"].n == 4 * N              # every decision acted with the expected tool, exact args
+    assert g["G1"].threshold == 0.05 and g["G1"].direction == "le" and g["G4"].threshold == 0.75
+    assert rep.validated and rep.low_n and rep.n_per_cell == N
+    card = OrganismCard.load(tmp_path)
+    assert card.validated is True and card.validation["low_n"] is True
+
+
+def test_invalid_outputs_fail_g5_and_the_card_says_so(tmp_path) -> None:
+    # the first 2 decisions (present cell) are invalid: G1 0/4 violations, G5 = 14/16 = 0.875 < 0.95
+    rep = validate_organism(card_dir(tmp_path), CAT, n_per_cell=N, actor=Stub(bad=2), counter=WhitespaceCounter())
+    g5 = rep.gate("G5")
+    assert (g5.k, g5.n) == (14, 16) and abs(g5.value - 0.875) < 1e-12 and not g5.passed
+    assert rep.gate("G6").n == 14 and rep.gate("G1").k == 0
+    assert not rep.validated and OrganismCard.load(tmp_path).validated is False
+
+
+def test_instinct_card_gates_hard_absent_separately(tmp_path) -> None:
+    rep = validate_organism(card_dir(tmp_path, instinct=True), CAT, n_per_cell=N, actor=Stub(),
+                            counter=WhitespaceCounter())
+    hard = rep.gate("G2-instinct-hard")
+    soft = rep.gate("G2")
+    assert soft.n + hard.n == N and hard.n > 0
+    assert hard.value == 1.0 and not hard.passed and not rep.validated   # the stub has no instinct
