@@ -424,14 +424,6 @@ def _load_episodes(path: Path, cat: Any) -> list[Any]:
     return eps
 
 
-def _run_key(loop: Any, ep: Any, cond: Any) -> str:
-    """Resume key (``loop.result_key``: spec §9's fields with the compactor's config hash) of a row not yet run."""
-    from agentmill.methods.constraint_rot.loop import result_key
-
-    probe = loop._base_row(ep, cond, loop._compactor_for(cond, strict=False), None)  # the loop's own row identity
-    return result_key(probe)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from agentmill.envs.office import OfficeSandbox
     from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, result_key
@@ -464,7 +456,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         loop = AgentLoop(actor, sb, counter=counter)
         done = ({result_key(r) for r in load_rows(out) if not r.get("error")}
                 if args.resume and out.is_file() else set())
-        todo = [(ep, c) for ep in episodes for c in conds if _run_key(loop, ep, c) not in done]
+        todo = [(ep, c) for ep in episodes for c in conds if loop.resume_key(ep, c) not in done]
         writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0}
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

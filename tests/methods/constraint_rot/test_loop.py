@@ -12,7 +12,7 @@ from agentmill.methods.constraint_rot.actors import AlwaysComply, RuleReader
 from agentmill.methods.constraint_rot.catalogue import load_catalogue
 from agentmill.methods.constraint_rot.compactors import ExtractiveSummary, SlidingWindow
 from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
-from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, completed_keys, result_key
+from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, completed_keys, episode_registry, result_key
 from agentmill.methods.constraint_rot.messages import WhitespaceCounter
 
 CAT = load_catalogue()
@@ -100,6 +100,7 @@ def test_gate_blocks_and_rows_say_so(sandbox, episodes) -> None:  # type: ignore
     for ep in episodes[:6]:
         row = loop.run(ep, C.gate()).row
         assert row["violation"] is False and row["blocked_calls"] and row["gate"] is True
+        assert episode_registry(ep).get(ep.instance.rule_id).text == ep.instance.card_text
         assert row["reply"].startswith("That did not work")
         assert all("meta" not in m for m in row["model_input"])
         assert row["model_input_sha"] and len(row["model_input_sha"]) == 64
@@ -114,6 +115,7 @@ def test_results_jsonl_resume_and_error_rows(sandbox, episodes, tmp_path) -> Non
     assert loop.run_all(episodes[:3], conds, out) == []  # everything done
     assert len(completed_keys(out)) == 6
     assert result_key(rows[0]) == result_key(json.loads(out.read_text().splitlines()[0]))
+    assert [loop.resume_key(ep, c) for ep in episodes[:3] for c in conds] == [result_key(r) for r in rows]
     # a compacting condition without any compactor is an error row, never an exception or a silent drop
     bad = loop.run(episodes[0], C.compacted())
     assert bad.row["error"] and "compactor" in bad.row["error"]

@@ -34,10 +34,9 @@ from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief
 from agentmill.methods.constraint_rot.conditions import full_context, never_stated
 from agentmill.methods.constraint_rot.generate import Episode
 from agentmill.methods.constraint_rot.grader import Outcome, cross_check, grade
-from agentmill.methods.constraint_rot.loop import AgentLoop
+from agentmill.methods.constraint_rot.loop import AgentLoop, episode_registry
 from agentmill.methods.constraint_rot.messages import as_counter, origin
 from agentmill.methods.constraint_rot.pinning.card import parse_cards
-from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
 from agentmill.methods.constraint_rot.survival import SurvivalVerdict, classify_survival
 
 AGENT_NAME = "office_agent"
@@ -67,12 +66,6 @@ def episode_transcript(episode: Episode, sandbox: Any, *, neutral: bool = False,
     msgs = res.messages
     at = max(i for i, m in enumerate(msgs) if m.role == "user" and origin(m) == "trigger")
     return list(msgs[:at])
-
-
-def episode_registry(episode: Episode) -> PolicyRegistry:
-    """The operator registry of one episode (its rule's card text and forbidden predicate), frozen — the same
-    registry the agent loop pins with (built by the loop itself, so the two can never differ)."""
-    return AgentLoop(_PrefixRecorder(), None)._registry(episode)
 
 
 # ------------------------------------------------------------------------------------------------- workbench

@@ -140,6 +140,17 @@ def _sha(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def episode_registry(episode: Episode) -> PolicyRegistry:
+    """The operator registry of one episode (its rule's card text and forbidden predicate), frozen: what the loop
+    pins and gates with when it is not given a ready middleware, and what framework runs must pin with too."""
+    inst = episode.instance
+    reg = PolicyRegistry(version=episode.catalogue_version)
+    reg.register(inst.rule_id, inst.card_text, issuer=ISSUER, kind=inst.kind, scope_tools=inst.family.tools,
+                 predicate=inst.predicate)
+    reg.freeze()
+    return reg
+
+
 class AgentLoop:
     """Runs episodes for one actor in one sandbox (see the module docstring).
 
@@ -174,6 +185,10 @@ class AgentLoop:
         res.row["latency_s"] = round(time.perf_counter() - t0, 6)
         return res
 
+    def resume_key(self, episode: Episode, condition: Condition) -> str:
+        """The :func:`result_key` the row of (``episode``, ``condition``) will have, without running it."""
+        return result_key(self._base_row(episode, condition, self._compactor_for(condition, strict=False), None))
+
     def run_all(self, episodes: Iterable[Episode], conditions: Sequence[Condition], out: str | Path, *,
                 resume: bool = True) -> list[dict[str, Any]]:
         """Run every (episode, condition), appending rows to ``out``; with ``resume`` skip completed keys."""
@@ -181,8 +196,7 @@ class AgentLoop:
         writer, rows = ResultWriter(out), []
         for ep in episodes:
             for cond in conditions:
-                probe = self._base_row(ep, cond, self._compactor_for(cond, strict=False), None)
-                if result_key(probe) in done:
+                if self.resume_key(ep, cond) in done:
                     continue
                 row = self.run(ep, cond).row
                 writer.append(row)
@@ -198,20 +212,12 @@ class AgentLoop:
             raise ValueError(f"condition {cond.label!r} compacts but neither it nor the loop has a compactor")
         return m
 
-    def _registry(self, episode: Episode) -> PolicyRegistry:
-        inst = episode.instance
-        reg = PolicyRegistry(version=episode.catalogue_version)
-        reg.register(inst.rule_id, inst.card_text, issuer=ISSUER, kind=inst.kind, scope_tools=inst.family.tools,
-                     predicate=inst.predicate)
-        reg.freeze()
-        return reg
-
     def _run(self, episode: Episode, cond: Condition) -> EpisodeResult:
         inst, sb = episode.instance, self.sandbox
         compactor = self._compactor_for(cond)
         pin = gate = None
         if cond.pin or cond.gate:
-            reg = self._registry(episode)
+            reg = episode_registry(episode)
             if cond.pin:
                 pin = self.pin or PinningMiddleware(reg, placement=cond.placement, counter=self.counter)
             if cond.gate:
