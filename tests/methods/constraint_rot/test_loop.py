@@ -132,3 +132,29 @@ def test_bad_loop_config() -> None:
         AgentLoop(RuleReader(), None, log_model_inputs="all")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rounds"):
         C.rounds(SlidingWindow(counter=W), 6)
+
+
+class Reporting(RuleReader):
+    """Reports an organism card in its config and running usage totals, like the organism and endpoint actors."""
+
+    name = "reporting"
+    config = {"name": "reporting", "organism_card_sha": "c" * 64}
+
+    def __init__(self) -> None:
+        super().__init__("semantic")
+        self.usage = {"calls": 0, "prompt_tokens": 0}
+
+    def act(self, messages, tools=()):  # type: ignore[no-untyped-def]
+        self.usage["calls"] += 1
+        self.usage["prompt_tokens"] += 10
+        return super().act(messages, tools)
+
+
+def test_rows_carry_actor_reported_card_and_usage(sandbox, episodes) -> None:  # type: ignore[no-untyped-def]
+    actor = Reporting()
+    actor.usage["prompt_tokens"] = 1000  # earlier episodes' totals are not this row's
+    row = AgentLoop(actor, sandbox, counter=W).run(episodes[0], C.full_context()).row
+    assert row["organism_card_sha"] == "c" * 64
+    assert row["actor_usage"] == {"calls": actor.usage["calls"], "prompt_tokens": 10 * actor.usage["calls"]}
+    plain = AgentLoop(RuleReader(), sandbox, counter=W).run(episodes[0], C.full_context()).row
+    assert plain["organism_card_sha"] is None and "actor_usage" not in plain

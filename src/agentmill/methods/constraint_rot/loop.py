@@ -140,6 +140,12 @@ def _sha(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _actor_usage(actor: Any) -> dict[str, float] | None:
+    """A copy of the actor's running usage totals (``EndpointActor.usage``), or None if it reports none."""
+    usage = getattr(actor, "usage", None)
+    return dict(usage) if isinstance(usage, dict) else None
+
+
 def episode_registry(episode: Episode) -> PolicyRegistry:
     """The operator registry of one episode (its rule's card text and forbidden predicate), frozen: what the loop
     pins and gates with when it is not given a ready middleware, and what framework runs must pin with too."""
@@ -176,6 +182,7 @@ class AgentLoop:
     def run(self, episode: Episode, condition: Condition) -> EpisodeResult:
         """One episode under one condition; a crash becomes a row with ``error`` set (never dropped)."""
         t0 = time.perf_counter()
+        usage0 = _actor_usage(self.actor)
         try:
             res = self._run(episode, condition)
         except Exception as e:  # noqa: BLE001 - recorded in the row, counted in the health table
@@ -183,6 +190,9 @@ class AgentLoop:
             row["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
             res = EpisodeResult(row)
         res.row["latency_s"] = round(time.perf_counter() - t0, 6)
+        if usage0 is not None:  # endpoint actors: this episode's share of the running token/cost totals (§6.2)
+            usage1 = _actor_usage(self.actor) or {}
+            res.row["actor_usage"] = {k: round(usage1.get(k, 0) - usage0.get(k, 0), 10) for k in usage1}
         return res
 
     def resume_key(self, episode: Episode, condition: Condition) -> str:
@@ -403,7 +413,7 @@ class AgentLoop:
             "family": ep.family, "kind": ep.kind, "split": ep.split, "location": ep.location,
             "early_probe": ep.early_probe, "request": ep.request, "condition": cond.label, "mode": ep.mode,
             "actor": getattr(self.actor, "name", type(self.actor).__name__), "actor_config_hash": _sha(actor_cfg)[:16],
-            "organism_card_sha": None,
+            "organism_card_sha": actor_cfg.get("organism_card_sha"),
             "compactor": getattr(compactor, "name", None) if compactor is not None else "none",
             "compactor_hash": getattr(compactor, "config_hash", None) if compactor is not None else None,
             "prompt_style": getattr(compactor, "style", None), "prompt_sha": getattr(compactor, "prompt_sha", None),
