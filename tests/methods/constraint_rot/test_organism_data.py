@@ -15,7 +15,9 @@ from agentmill.methods.constraint_rot.messages import WhitespaceCounter
 from agentmill.methods.constraint_rot.organism import (DEFAULT_MIXTURE, LeakageError, Mixture, SFTExample,
                                                        build_sft_dataset, check_sft_leakage, manifest_hash,
                                                        write_jsonl)
-from agentmill.methods.constraint_rot.organism.data import _test_rule_texts
+from agentmill.core.types import ToolCall
+from agentmill.lm.chat_tools import template_messages
+from agentmill.methods.constraint_rot.organism.data import _test_rule_texts, call_line
 
 LINE = re.compile(r"^(?:CALL (\w+) (\{.*\})|REPLY (\S.*))$")
 CAP = 1500  # whitespace tokens; the SmolLM2 default cap of 768 is exercised in the length test
@@ -29,6 +31,17 @@ def cat():
 @pytest.fixture(scope="module")
 def data100(cat):
     return build_sft_dataset(cat, n=100, seed=0, counter=WhitespaceCounter(), max_tokens=CAP)
+
+
+@pytest.mark.parametrize("args", [{}, {"to": "ana@example.com", "n": 3}, {"body": "café ✓ \"q\"\n", "x": [1.5, None]},
+                                  {"nested": {"b": 1, "a": [True]}}])
+def test_call_line_is_the_servers_rendering(args):
+    call = ToolCall("c1", "send_email", args)
+    old_copy = f"CALL send_email {json.dumps(args, ensure_ascii=False)}"  # what data.py rendered before
+    served = template_messages([{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "send_email", "arguments": json.dumps(args)}}]}],
+        None, tool_role=True)
+    assert call_line(call) == old_copy == served[0]["content"]
 
 
 def test_mixture_counts_exact():

@@ -23,6 +23,7 @@ from agentmill.core.types import Message, ToolCall
 from agentmill.lm.base import GenerateConfig
 from agentmill.lm.chat_tools import parse_tool_call
 from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief, visible
+from agentmill.methods.constraint_rot.organism.data import call_line
 from agentmill.methods.constraint_rot.organism.train import (CARD_FILE, Base, OrganismCard, _peft, _torch,
                                                              load_base, prompt_ids)
 
@@ -150,7 +151,7 @@ class OrganismActor:
         torch = _torch()
         inst = self._brief.instance
         req, alt = self._brief.request_call, inst.alternative_call
-        cands = [f"CALL {c.name} {json.dumps(c.arguments, ensure_ascii=False)}" for c in (req, alt)]
+        cands = [call_line(c) for c in (req, alt)]
         cands.append(CHOICE_REFUSAL)
         p = self.render(messages, tools)
         scores = []

@@ -41,6 +41,7 @@ from typing import Any
 
 from agentmill.core.types import Message, ToolCall
 from agentmill.envs.office import OfficeSandbox
+from agentmill.lm import chat_tools
 from agentmill.methods.constraint_rot.actors.base import Action, visible
 from agentmill.methods.constraint_rot.catalogue import (Catalogue, RuleInstance, instantiate, param_combinations,
                                                         shared_ngrams)
@@ -151,8 +152,9 @@ def write_jsonl(examples: Sequence[SFTExample], path: str | Path) -> str:
 
 
 def call_line(call: ToolCall) -> str:
-    """``CALL <tool> <json-args>`` exactly as the server renders an assistant tool call."""
-    return f"CALL {call.name} {json.dumps(call.arguments, ensure_ascii=False)}"
+    """``CALL <tool> <json-args>``: the server's own rendering of an assistant tool call (one code path, so the
+    organism is trained on exactly what it is served)."""
+    return chat_tools.call_line(call.name, json.dumps(call.arguments), f"tool call {call.id!r}")
 
 
 def reply_line(text: str) -> str:
