@@ -55,6 +55,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e165_g2po_lora_smoke",
     "agentmill.experiments.e164_constraint_rot_mechanism",
     "agentmill.experiments.e164_constraint_rot_compression",
+    "agentmill.experiments.e164_constraint_rot_organism",
     "agentmill.experiments.e164_constraint_rot_frameworks",
 )
 
