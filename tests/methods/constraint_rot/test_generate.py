@@ -18,12 +18,6 @@ CAT = load_catalogue()
 W = WhitespaceCounter()
 
 
-@pytest.fixture(scope="module")
-def sandbox():  # type: ignore[no-untyped-def]
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
-        yield sb
-
-
 def gen(sandbox, **kw):  # type: ignore[no-untyped-def]
     args = {"split": "train", "n": 8, "seed": 3, "counter": W, "locations": LOCATIONS, "sandbox": sandbox} | kw
     return generate_episodes(CAT, **args)

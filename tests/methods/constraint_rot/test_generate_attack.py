@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from agentmill.envs.office import OfficeSandbox
 from agentmill.methods.constraint_rot.actors import RuleReader
 from agentmill.methods.constraint_rot.attacks import AttackSpec
 from agentmill.methods.constraint_rot.catalogue import load_catalogue
@@ -20,12 +19,6 @@ CAT = load_catalogue()
 W = WhitespaceCounter()
 LOCS = ("memory_tool", "onboarding_turn", "first_user_turn")
 TOOL_OF = {"http_page": "http_get", "email_body": "read_email", "ticket": "list_tickets", "file": "read_file"}
-
-
-@pytest.fixture(scope="module")
-def sandbox():  # type: ignore[no-untyped-def]
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
-        yield sb
 
 
 def gen(sandbox, attack, **kw):  # type: ignore[no-untyped-def]

@@ -15,7 +15,6 @@ from autogen_core.model_context import BufferedChatCompletionContext, HeadAndTai
 from autogen_core.models import (AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage,
                                  SystemMessage, UserMessage)
 
-from agentmill.envs.office import OfficeSandbox
 from agentmill.lm.base import MissingExtraError
 from agentmill.methods.constraint_rot.actors import Action, RuleReader
 from agentmill.methods.constraint_rot.catalogue import load_catalogue
@@ -167,12 +166,6 @@ def test_actor_client_returns_function_calls_text_or_unknown() -> None:
 
 
 # -------------------------------------------------------------------------------------------- CR-12 AutoGen
-@pytest.fixture(scope="module")
-def sandbox():  # type: ignore[no-untyped-def]
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
-        yield sb
-
-
 @pytest.fixture(scope="module")
 def episodes(sandbox):  # type: ignore[no-untyped-def]
     eps = generate_episodes(CAT, split="dev", n=6, seed=3, counter=W, distractor_tokens=(150, 300),

@@ -16,7 +16,7 @@ from agentmill.methods.constraint_rot.compactors.llm_summary import (CONTINUATIO
                                                                     strip_scratchpad, trim_to_last_tokens)
 from agentmill.methods.constraint_rot.messages import WhitespaceCounter, count_tokens
 from agentmill.methods.constraint_rot.summary_cache import SummaryCache, cache_key
-from tests.methods.constraint_rot.test_compactors import RULE, context  # the shared 12-message context
+from tests.methods.constraint_rot.contexts import RULE, context  # the shared 12-message context
 
 WS = WhitespaceCounter()
 # token counts of context() (whitespace): 1: 8, 2: 4, 3: 2 ("list_inbox {}"), 4: 7, 5: 3, 6: 5, 7: 5

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from agentmill.envs.office import OfficeSandbox
 from agentmill.methods.constraint_rot import conditions as C
 from agentmill.methods.constraint_rot.actors import AlwaysComply, RuleReader
 from agentmill.methods.constraint_rot.catalogue import load_catalogue
@@ -17,12 +16,6 @@ from agentmill.methods.constraint_rot.messages import WhitespaceCounter
 
 CAT = load_catalogue()
 W = WhitespaceCounter()
-
-
-@pytest.fixture(scope="module")
-def sandbox():  # type: ignore[no-untyped-def]
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
-        yield sb
 
 
 @pytest.fixture(scope="module")
