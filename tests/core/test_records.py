@@ -31,7 +31,7 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch) -
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(records.json, "dump", boom)
+    monkeypatch.setattr(records.os, "fsync", boom)  # fails after the temp file is written
     with pytest.raises(OSError):
         _rec(status="error").write(path)
     assert path.read_bytes() == before

@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -161,20 +160,10 @@ def parse_attack(text: str, *, channel: str = "http_page", position: str = "end"
 
 
 def write_lines_atomic(path: Path, lines: list[str]) -> Path:
-    """Write ``lines`` to ``path`` via temp file + fsync + rename (a kill never leaves a torn file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write ``lines`` to ``path`` atomically (:func:`agentmill.core.records.write_text_atomic`)."""
+    from agentmill.core.records import write_text_atomic
+
+    return write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

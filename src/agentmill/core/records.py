@@ -18,15 +18,14 @@ from agentmill.core.stats import Estimate
 RECORD_SCHEMA = 1
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as JSON to ``path`` via temp file + fsync + rename."""
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` via temp file + fsync + rename (a kill never leaves a torn file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -35,6 +34,11 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` via temp file + fsync + rename."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:
