@@ -211,6 +211,18 @@ def step_text(step: DistractorStep, outputs: list[str]) -> str:
     return "\n".join([step.instruction, message_text(call_msg), *outputs, step.reply])
 
 
+def execute_step(sandbox: Any, step: DistractorStep, *, where: str) -> list[str]:
+    """Run one scripted step's calls in ``sandbox``; their tool outputs. A failing call is a generator bug
+    (distractor work must be competent), so it raises ``ValueError`` naming ``where``."""
+    outs = []
+    for call in step.calls:
+        res = sandbox.execute(call)
+        if not res.ok:
+            raise ValueError(f"{where}: scripted call {call.name}({call.arguments}) failed: {res.error}")
+        outs.append(res.content())
+    return outs
+
+
 def run_distractor(kind: str, sandbox: Any, rng: random.Random, target_tokens: int, counter: Any,
                    ) -> tuple[list[DistractorStep], list[list[str]], int]:
     """Generate steps of ``kind`` and execute their calls in ``sandbox`` until ``target_tokens`` is reached.
@@ -223,12 +235,7 @@ def run_distractor(kind: str, sandbox: Any, rng: random.Random, target_tokens: i
     outputs: list[list[str]] = []
     total = 0
     for step in distractor_steps(kind, rng, sandbox.fixtures):
-        outs = []
-        for call in step.calls:
-            res = sandbox.execute(call)
-            if not res.ok:
-                raise ValueError(f"distractor {kind}: scripted call {call.name}({call.arguments}) failed: {res.error}")
-            outs.append(res.content())
+        outs = execute_step(sandbox, step, where=f"distractor {kind}")
         steps.append(step)
         outputs.append(outs)
         total += counter.count(step_text(step, outs))

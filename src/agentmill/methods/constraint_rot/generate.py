@@ -45,7 +45,8 @@ from agentmill.core.types import ToolCall
 from agentmill.envs.office import OfficeSandbox, generate_fixtures
 from agentmill.methods.constraint_rot.attacks.templates import AttackSpec, embed
 from agentmill.methods.constraint_rot.catalogue import Catalogue, RuleInstance, instantiate
-from agentmill.methods.constraint_rot.distractors import DISTRACTOR_KINDS, DistractorStep, run_distractor, step_text
+from agentmill.methods.constraint_rot.distractors import (DISTRACTOR_KINDS, DistractorStep, execute_step,
+                                                          run_distractor, step_text)
 from agentmill.methods.constraint_rot.messages import MODALITY_CUES, as_counter, has_cue, normalise
 from agentmill.methods.constraint_rot.schema import SPLITS
 
@@ -377,12 +378,7 @@ def _replay(sb: OfficeSandbox, steps: Sequence[DistractorStep], counter: Any) ->
     """Execute ``steps`` in order in ``sb`` (already prepared); (outputs per step, tokens)."""
     outputs, total = [], 0
     for step in steps:
-        outs = []
-        for call in step.calls:
-            res = sb.execute(call)
-            if not res.ok:
-                raise ValueError(f"attack replay: scripted call {call.name}({call.arguments}) failed: {res.error}")
-            outs.append(res.content())
+        outs = execute_step(sb, step, where="attack replay")
         outputs.append(outs)
         total += counter.count(step_text(step, outs))
     return outputs, total
