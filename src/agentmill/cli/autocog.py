@@ -2,9 +2,10 @@
 human-data fixture (spec autocog §6.10).
 
     agentmill autocog run --run-dir D --roles search|llm [--lm SPEC] --cohort simulated --gt ttb --eps 0.25
-                          [--rounds 5] [--seed 0]
+                          [--rounds 5] [--seed 0] [--gate welch|power|jsd_static|jsd_sequence]
     agentmill autocog run --run-dir D --cohort human --db study.sqlite [--config study.yaml] [--task binary|cardinal]
-    agentmill autocog resume D [--force-config] | status D | leaderboard D | audit D
+    agentmill autocog resume D [--force-config] | status D | leaderboard D [--prospective] | audit D
+    agentmill autocog theory check FILE | theory check --library NAME [--rating-max 5]
     agentmill autocog recover --grid smoke|quick|full --out D [--workers 2]
     agentmill autocog battery build|check [--out battery.json]
     agentmill autocog serve --db study.sqlite [--study study.yaml] [--host 127.0.0.1 --port 8765] [--test-mode]
@@ -66,7 +67,9 @@ def _build_loop(a: dict, run_dir: Path):
         cohort = StudyCohort(Store(a["db"]), a["study"])
     else:
         cohort = SimulatedCohort(gt.theory(), action_noise=a["eps"], seed=a["seed"])
-    return AutoCogLoop(LoopConfig(n_rounds=a["rounds"], n_real=n_real, seed=a["seed"], validation_round=True),
+    # "gate" is in the arguments only when not Welch, so default runs keep their cli_args.json and ledgered config
+    return AutoCogLoop(LoopConfig(n_rounds=a["rounds"], n_real=n_real, seed=a["seed"], validation_round=True,
+                                  gate=a.get("gate", "welch")),
                        seeds=seeds, advocates=adv, arbiter=arb, reviser=rev, cohort=cohort,
                        run_dir=run_dir, exclude_pairs=battery_exclusions(bat), force_config=a.get("force", False))
 
@@ -97,13 +100,19 @@ def _run_loop(a: dict, run_dir: Path) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from agentmill.methods.autocog.loop import GATES
+
     if args.roles == "llm" and not args.lm:
         return _fail("--roles llm needs --lm (e.g. openai:MODEL@http://127.0.0.1:8000/v1); use --roles search to "
                      "run offline")
     if args.rounds < 1:
         return _fail(f"--rounds must be >= 1, got {args.rounds}")
+    if args.gate not in GATES:
+        return _fail(f"--gate must be one of {', '.join(GATES)}, got {args.gate!r}")
     a = {"roles": args.roles, "lm": args.lm, "rounds": args.rounds, "seed": args.seed,
          "n_designs": args.n_designs, "max_candidates": args.max_candidates}
+    if args.gate != "welch":
+        a["gate"] = args.gate
     if args.cohort == "simulated":
         if args.db or args.config:
             return _fail("--db and --config (the study YAML) apply to --cohort human only")
@@ -127,8 +136,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         a.update(cohort="human", db=str(Path(args.db).resolve()), task=args.task, study=study)
     run_dir = Path(args.run_dir)
     p = run_dir / "cli_args.json"
-    if p.exists() and json.loads(p.read_text()) != a:
-        return _fail(f"{run_dir} holds a run with different arguments; use 'agentmill autocog resume {run_dir}'")
+    if p.exists() and (old := json.loads(p.read_text())) != a:
+        diff = sorted(k for k in old.keys() | a.keys() if old.get(k) != a.get(k))
+        return _fail(f"{run_dir} holds a run with different arguments ({', '.join(diff)}); use "
+                     f"'agentmill autocog resume {run_dir}'")
     run_dir.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(a, sort_keys=True))
     if a.get("cohort") == "human":
@@ -160,13 +171,30 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """The run's current leaderboard (all data so far); with ``--prospective`` each theory's prospective score beside
+    it: the same rule on the observations collected after its admission only (pitfall 4: post-admit scores are
+    in-sample for a revised theory). Both come from ``state.json`` as the loop wrote them."""
     p = Path(args.run_dir) / "state.json"
     if not p.exists():
         print(f"{args.run_dir}: no state.json", file=sys.stderr)
         return 2
     st = json.loads(p.read_text())
+    if args.prospective:
+        if "prospective" not in st:
+            return _fail(f"{p}: no prospective scores (written before they existed); 'agentmill autocog resume "
+                         f"{args.run_dir}' rewrites it")
+        print(" score  prospective  theory")
     for tid, score in st["leaderboard"]:
-        print(f"{score:6.3f}  {st['theories'][tid]['name']}  (raw mean |p-r| {st['raw_errors'].get(tid, float('nan')):.3f})")
+        th, raw = st["theories"][tid], st["raw_errors"].get(tid, float("nan"))
+        if not args.prospective:
+            print(f"{score:6.3f}  {th['name']}  (raw mean |p-r| {raw:.3f})")
+            continue
+        ps = st["prospective"].get(th["name"])
+        print(f"{score:6.3f}  {'—' if ps is None else f'{ps:.3f}':>11}  {th['name']}  (admitted round "
+              f"{th['admitted_round']}; raw mean |p-r| {raw:.3f})")
+    if args.prospective:
+        print("prospective: scored only on observations collected after the theory's admission "
+              "(— when there are none)")
     return 0
 
 
@@ -322,6 +350,82 @@ def cmd_fixture(args: argparse.Namespace) -> int:
     return 0 if r["passed"] else 1
 
 
+def _load_theory_file(path: Path) -> tuple:
+    """(theory, declared property names) from a JSON or YAML theory recipe: the ``spec`` mapping the loop ledgers
+    (``state.json`` → theories → spec: ``factory`` = a library rule, ``program`` or ``code``), plus an optional
+    ``properties`` list the theory declares. ValueError (one line) on anything else."""
+    from agentmill.methods.autocog.library import theory_from_spec
+    from agentmill.methods.autocog.properties import PROPERTIES
+
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            spec = yaml.safe_load(text)
+        else:
+            spec = json.loads(text)
+    except Exception as e:  # yaml.YAMLError or json.JSONDecodeError: report the parser's first line only
+        raise ValueError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} "
+                         f"({str(e).splitlines()[0]})") from None
+    if not isinstance(spec, dict) or "factory" not in spec:
+        raise ValueError(f"{path}: needs a mapping with 'factory' (a library rule name, 'program' or 'code'), as in "
+                         "state.json's theories[...].spec")
+    spec = dict(spec)
+    declared = spec.pop("properties", [])
+    if not isinstance(declared, list) or any(d not in PROPERTIES for d in declared):
+        raise ValueError(f"{path}: 'properties' must be a list drawn from {', '.join(PROPERTIES)}, got {declared!r}")
+    try:
+        return theory_from_spec(spec), tuple(declared)
+    except KeyError as e:
+        raise ValueError(f"{path}: unknown factory or missing field {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def cmd_theory(args: argparse.Namespace) -> int:
+    """Pitfall 20: check every declarable property of one theory (a recipe file or a built-in rule) and print each
+    as holds or fails with its first counterexample. Declared properties are marked; the exit code is 0 either way
+    (the report is the result)."""
+    from agentmill.methods.autocog.library import REGISTRY
+    from agentmill.methods.autocog.properties import DECLARED, PROPERTIES, check_properties
+    from agentmill.methods.autocog.sandbox import SandboxError
+
+    if (args.file is None) == (args.library is None):
+        return _fail("theory check needs exactly one of FILE or --library NAME")
+    if args.rating_max < 1:
+        return _fail(f"--rating-max must be >= 1, got {args.rating_max}")
+    if args.library is not None:
+        if args.library not in REGISTRY:
+            return _fail(f"--library {args.library!r} is not a built-in rule; one of {', '.join(REGISTRY)}")
+        theory, declared, what = REGISTRY[args.library](), DECLARED.get(args.library, ()), "library rule"
+    else:
+        try:
+            theory, declared = _load_theory_file(Path(args.file))
+        except ValueError as e:
+            return _fail(str(e))
+        what = f"file {args.file}"
+    try:
+        results = check_properties(theory, PROPERTIES, rating_max=args.rating_max)
+    except SandboxError as e:  # a code theory the sandbox refuses or that fails on the check pairs
+        return _fail(f"{args.file}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    print(f"{theory.name} ({what}; ratings 0..{args.rating_max}, validities 0.9/0.8/0.7/0.6)")
+    for r in results:
+        mark = "declared" if r.name in declared else "not declared"
+        verdict = "FAILS" if not r.holds else "holds" if r.n_checked else "holds (vacuously)"
+        line = f"  {r.name:16s} {verdict}  ({mark}; {r.n_checked} checks)"
+        if r.counterexample is not None:
+            a, b, detail = r.counterexample
+            line += f"  counterexample A={a} B={b}: {detail}"
+        print(line)
+    broken = [r.name for r in results if r.name in declared and not r.holds]
+    if declared:
+        print(f"declared properties: {'all hold' if not broken else 'FAIL ' + ', '.join(broken)}")
+    return 0
+
+
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
     from agentmill.methods.autocog.sandbox import layers
 
@@ -350,15 +454,21 @@ def register(sub) -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--n-designs", type=int, default=200)
     r.add_argument("--max-candidates", type=int, default=600)
+    r.add_argument("--gate", default="welch", help="discrimination gate: welch (the paper's), power, jsd_static, "
+                   "jsd_sequence; ledgered, so a resume with another gate is refused")
     r.set_defaults(fn=cmd_run)
     for name, fn, helptext in (("resume", cmd_resume, "resume a killed run from its ledger"),
                                ("status", cmd_status, "print a run's status"),
-                               ("leaderboard", cmd_leaderboard, "print a run's leaderboard"),
+                               ("leaderboard", cmd_leaderboard, "print a run's leaderboard (--prospective: and "
+                                                                "each theory's score after its admission)"),
                                ("audit", cmd_audit, "verify hash chain, blobs, completeness, state.json")):
         q = s.add_parser(name, help=helptext)
         q.add_argument("run_dir")
         if name == "resume":
             q.add_argument("--force-config", action="store_true")
+        if name == "leaderboard":
+            q.add_argument("--prospective", action="store_true",
+                           help="also print each theory's score on observations after its admission (pitfall 4)")
         q.set_defaults(fn=fn)
     rc = s.add_parser("recover", help="AC-7 recovery grid (GT x noise x seeds), resumable per run")
     rc.add_argument("--grid", choices=("smoke", "quick", "full"), default="quick")
@@ -396,5 +506,12 @@ def register(sub) -> None:
     fx.add_argument("dir")
     fx.add_argument("--run", choices=("binary", "cardinal"), default=None)
     fx.set_defaults(fn=cmd_fixture)
+    th = s.add_parser("theory", help="check a theory's declarable properties (pitfall 20)")
+    th.add_argument("action", choices=("check",))
+    th.add_argument("file", nargs="?", default=None,
+                    help="JSON/YAML theory recipe (state.json's theories[...].spec, optional 'properties' list)")
+    th.add_argument("--library", default=None, help="check a built-in rule instead (ttb, wadd, dial, ...)")
+    th.add_argument("--rating-max", type=int, default=5, help="cardinal scale of the sampled pairs (1 = binary only)")
+    th.set_defaults(fn=cmd_theory)
     c = s.add_parser("sandbox-check", help="print which sandbox layers are active")
     c.set_defaults(fn=cmd_sandbox_check)
