@@ -201,3 +201,20 @@ def test_attack_optimise_bad_input_exits_2(tmp_path, capsys, loads):  # type: ig
     assert main([*CR, "attack", "optimise", *base, "--dev", str(dev)]) == 2
     assert "never overwritten" in capsys.readouterr().err and out.read_text() == "{}"
     assert not loads
+
+
+def test_crossing_matrix_counts_failed_summaries_and_leaves_them_out_of_v() -> None:
+    # summariser s1: 2 measured rows per actor (V = 1/2 for x and y); s2: every summary failed for actor y
+    def r(s: str, a: str, ep: str, viol: bool, failed: bool = False) -> dict[str, Any]:
+        return {"summariser": s, "actor_spec": a, "actor": a, "compactor": "llm_summary:handoff", "family": "f",
+                "episode_id": ep, "violation": viol, "summary_failed": failed, "survival_label": "dropped"}
+    rows = [r("s1", a, e, e == "e0") for a in ("x", "y") for e in ("e0", "e1")]
+    rows += [r("s1", "x", "e2", False, failed=True)]
+    rows += [r("s2", "x", "e0", True), r("s2", "y", "e0", False, failed=True)]
+    m = cr_cli.crossing_matrix(rows, ["s1", "s2"], ["x", "y"], B=20, seed=0)
+    v = {(c["summariser"], c["actor"]): c for c in m["V"]}
+    assert (v["s1", "x"]["n"], v["s1", "x"]["v"], v["s1", "x"]["summary_failed"]) == (2, 0.5, 1)
+    assert (v["s2", "y"]["n"], v["s2", "y"]["v"], v["s2", "y"]["summary_failed"]) == (0, None, 1)
+    assert m["summary_failed"] == 2 and m["eta_summarisers"] == ["s1"] and m["eta2_S"] is None
+    text = "\n".join(cr_cli.matrix_lines(m, ["s1", "s2"], ["x", "y"]))
+    assert "n/a (summary failed)" in text and "s1 x x: 1" in text and "s2 x y: 1" in text

@@ -707,7 +707,8 @@ def cmd_run(args: argparse.Namespace) -> int:
            "episode_seeds": sorted({e.seed for e in episodes}), "generator_seeds":
            sorted({e.generator_config.get("seed") for e in episodes}, key=str), "seed": args.seed,
            "actor": getattr(actor, "name", args.actor), "actor_config": _actor_config(actor),
-           "compactors": [{"name": m.name, "config_hash": m.config_hash, "repr": repr(m)} for m in compactors],
+           "compactors": [{"name": m.name, "label": getattr(m, "label", m.name), "config_hash": m.config_hash,
+                           "repr": repr(m)} for m in compactors],
            "pins": pins, "gate": args.gate, "conditions": [c.label for c in conds], "counter": counter_name,
            "resume": bool(args.resume), "allow_unvalidated": bool(args.allow_unvalidated), "backend": args.backend,
            "summariser_lms": sorted(lms), "summary_cache": str(cache.root) if cache is not None else None}
@@ -721,7 +722,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         done = ({result_key(r) for r in load_rows(out) if not r.get("error")}
                 if args.resume and out.is_file() else set())
         todo = [(ep, c) for ep in episodes for c in conds if loop.resume_key(ep, c) not in done]
-        writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0}
+        writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0, "summary_failed": 0}
         with _progress() as progress:
             task = progress.add_task("constraint-rot run", total=len(todo))
             for ep, cond in todo:
@@ -731,6 +732,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 counts["rows"] += 1
                 counts["violations"] += bool(row.get("violation"))
                 counts["errors"] += bool(row.get("error"))
+                counts["summary_failed"] += bool(row.get("summary_failed"))
                 progress.update(task, advance=1, description=f"{cond.label} {ep.episode_id}")
     summaries = {"summary_cache": {**cache.stats(), "root": str(cache.root)}} if cache is not None else {}
     print(json.dumps({"out": str(out), "manifest": str(manifest_path(out)), "planned": len(episodes) * len(conds),
@@ -760,30 +762,44 @@ def crossing_matrix(rows: list[dict[str, Any]], summarisers: list[str], actors: 
     from agentmill.experiments.e164_constraint_rot_crossing import SURVIVED, cell_means, decomposition, eta
     from agentmill.methods.constraint_rot.stats import wilson_estimate
 
-    cells = [{**r, "compactor": r["summariser"], "actor": r["actor_spec"]} for r in rows]
+    from agentmill.methods.constraint_rot.metrics import split_summary_failed
+
+    # a row whose summary failed saw the uncompacted context: counted per cell, left out of V, survival and η²
+    labelled = [{**r, "compactor": r["summariser"], "actor": r["actor_spec"]} for r in rows]
+    cells, failed = split_summary_failed(labelled)
     V = []
     for s in summarisers:
         for a in actors:
             here = [r for r in cells if r["compactor"] == s and r["actor"] == a]
             k = sum(bool(r["violation"]) for r in here)
-            w = wilson_estimate(k, len(here))
-            V.append({"summariser": s, "actor": a, "n": len(here), "violations": k, "v": w.value, "lo": w.lo,
-                      "hi": w.hi, "errors": sum(bool(r.get("error")) for r in here)})
+            w = wilson_estimate(k, len(here)) if here else None  # None: every summary of the cell failed
+            V.append({"summariser": s, "actor": a, "n": len(here), "violations": k, **_vlh(w), "errors": sum(bool(r.get("error")) for r in here),
+                      "summary_failed": sum(r["compactor"] == s and r["actor"] == a for r in failed)})
     survival = {}
     for s in summarisers:  # identical contexts across actors: one label per episode (the first actor's rows)
         here = [r for r in cells if r["compactor"] == s and r["actor"] == actors[0]]
-        w = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here))
-        survival[s] = {"survival": w.value, "lo": w.lo, "hi": w.hi}
-    point = eta(cell_means(cells, summarisers, actors))
-    out: dict[str, Any] = {"V": V, "survival": survival,
+        w = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here)) if here else None
+        survival[s] = dict(zip(("survival", "lo", "hi"), _vlh(w).values()))
+    complete = [s for s in summarisers if all(c["n"] for c in V if c["summariser"] == s)]
+    point = (eta(cell_means(cells, complete, actors)) if len(complete) >= 2
+             else dict.fromkeys(("eta2_S", "eta2_A", "margin", "ratio"), float("nan")))
+    out: dict[str, Any] = {"V": V, "survival": survival, "summary_failed": len(failed),
+                           "eta_summarisers": complete,
                            **{k: (None if v != v else v) for k, v in point.items()}}
     if point["eta2_S"] == point["eta2_S"]:  # NaN when every cell is equal: nothing to decompose
-        est = decomposition(cells, summarisers, actors, B=B, seed=seed)
+        est = decomposition(cells, complete, actors, B=B, seed=seed)
         out["ci"] = {k: [e.lo, e.hi] for k, e in est.items()}
     return out
 
 
+def _vlh(w: Any) -> dict[str, float | None]:
+    """An Estimate's value, lo, hi (all None when there is none: every summary of the cell failed)."""
+    return {"v": None, "lo": None, "hi": None} if w is None else {"v": w.value, "lo": w.lo, "hi": w.hi}
+
+
 def _cell(c: dict[str, Any]) -> str:
+    if c["v"] is None:
+        return "n/a (summary failed)"
     return f"{c['v']:.2f} [{c['lo']:.2f},{c['hi']:.2f}]"
 
 
@@ -795,10 +811,15 @@ def matrix_lines(m: dict[str, Any], summarisers: list[str], actors: list[str]) -
              f"{'':<{w}}  {'survival':>8}  " + "  ".join(f"{a:>24}" for a in actors)]
     for s in summarisers:
         cells = "  ".join(f"{_cell(v[s, a]):>24}" for a in actors)
-        lines.append(f"{s:<{w}}  {m['survival'][s]['survival']:>8.2f}  {cells}")
+        surv = m["survival"][s]["survival"]
+        lines.append(f"{s:<{w}}  {'n/a' if surv is None else f'{surv:.2f}':>8}  {cells}")
     ci = m.get("ci", {})
     lines.append(f"eta2_S = {_fmt(m['eta2_S'])} {ci.get('eta2_s', '')}  eta2_A = {_fmt(m['eta2_A'])} "
                  f"{ci.get('eta2_a', '')}  (margin eta2_S - 3 eta2_A = {_fmt(m['margin'])})")
+    failed = {(c["summariser"], c["actor"]): c.get("summary_failed", 0) for c in m["V"]}
+    if any(failed.values()):
+        lines.append("failed LLM summaries (left out of V, survival and eta2): " + ", ".join(
+            f"{s} x {a}: {k}" for (s, a), k in failed.items() if k))
     return lines
 
 
@@ -1078,7 +1099,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_lines_atomic(json_out, [table.to_json()])
     print(f"prereg sha256 {prereg.sha256} (v{prereg.version})")
     print(f"wrote {out} and {json_out}: {table.health.n_rows} rows, {len(table.cells)} cells, "
-          f"{table.health.errors} errors, {table.health.grader_mismatch} grader mismatches")
+          f"{table.health.errors} errors, {table.health.grader_mismatch} grader mismatches, "
+          f"{table.health.summary_failed} failed LLM summaries (left out of every rate)")
     missing = withheld(table)
     if missing:
         print(f"precondition not met for {len(missing)} decay figure(s):", file=sys.stderr)

@@ -318,22 +318,32 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out["health_errors"] = Estimate.exact(sum(bool(r.get("error")) for r in rows), n=len(rows))
     out["health_grader_mismatch"] = Estimate.exact(sum(bool(r.get("grader_mismatch")) for r in rows), n=len(rows))
 
-    # 5. V[s][a], survival per row, η²
+    # 5. V[s][a], survival per row, η² — without rows whose summary failed (they saw the uncompacted context,
+    # spec §9); those are counted per cell instead. A cell left without rows has no V, and η² is not judged.
+    from agentmill.methods.constraint_rot.metrics import split_summary_failed
+
+    rows, failed_rows = split_summary_failed(rows)  # type: ignore[assignment]
     comps, cols = list(ms), list(ACTORS)
-    V: dict[str, dict[str, list[float]]] = {}
+    V: dict[str, dict[str, list[float] | None]] = {}
+    n_failed = {c: {a: sum(r["compactor"] == c and r["actor"] == a for r in failed_rows) for a in cols}
+                for c in comps}
     for cname in comps:
         V[cname] = {}
         for a in cols:
             here = [r for r in rows if r["compactor"] == cname and r["actor"] == a]
-            est = wilson_estimate(sum(bool(r["violation"]) for r in here), len(here))
-            out[f"v_{slug(cname)}__{slug(a)}"] = est
-            V[cname][a] = [est.value, est.lo, est.hi]
-    survival = {}
+            V[cname][a] = None
+            if here:
+                est = wilson_estimate(sum(bool(r["violation"]) for r in here), len(here))
+                out[f"v_{slug(cname)}__{slug(a)}"] = est
+                V[cname][a] = [est.value, est.lo, est.hi]
+    survival: dict[str, list[float] | None] = {}
     for cname in comps:  # contexts are identical across actors: one label per episode (the RuleReader's row)
         here = [r for r in rows if r["compactor"] == cname and r["actor"] == SEMANTIC]
-        est = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here))
-        out[f"survival_{slug(cname)}"] = est
-        survival[cname] = [est.value, est.lo, est.hi]
+        survival[cname] = None
+        if here:
+            est = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here))
+            out[f"survival_{slug(cname)}"] = est
+            survival[cname] = [est.value, est.lo, est.hi]
     invalid = {a: float(np.mean([bool(r.get("invalid_action")) for r in rows if r["actor"] == a])) for a in cols}
     try:
         dec = decomposition(rows, comps, cols, B=s.n_boot)
@@ -348,6 +358,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     point = eta(cell_means(rows, comps, cols)) if dec else {}
     ctx.data["crossing"] = {"compactors": comps, "actors": cols, "organism_name": org_actor.name, "V": V,
                             "survival": survival, "invalid_rate": invalid,
+                            "summary_failed": n_failed, "n_summary_failed": len(failed_rows),
                             "eta": {k: (None if x != x else x) for k, x in point.items()},
                             "n_episodes": len(eps)}
     if not s.judged or not validated:
@@ -366,15 +377,19 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     if not cr:
         return []
     comps, cols = cr["compactors"], cr["actors"]
-    x = np.array([[cr["V"][c][a][0] for a in cols] for c in comps], dtype=float)
+    x = np.array([[(cr["V"][c][a] or [np.nan])[0] for a in cols] for c in comps], dtype=float)
     fig, ax = plt.subplots(figsize=(1.9 * len(cols) + 3.2, 0.62 * len(comps) + 2.0))
     im = ax.imshow(x, vmin=0.0, vmax=1.0, cmap="Reds", aspect="auto")
     for i, c in enumerate(comps):
         for j, a in enumerate(cols):
+            if cr["V"][c][a] is None:  # every summary of the cell failed (counted in data["crossing"])
+                ax.text(j, i, "summary\nfailed", ha="center", va="center", fontsize=7)
+                continue
             v, lo, hi = cr["V"][c][a]
             ax.text(j, i, f"{v:.2f}\n[{lo:.2f}, {hi:.2f}]", ha="center", va="center", fontsize=7,
                     color="white" if v > 0.6 else "black")
-    ylabels = [f"{c.replace('llm_summary:', 'LLM ')}  (surv {cr['survival'][c][0]:.2f})" for c in comps]
+    ylabels = [f"{c.replace('llm_summary:', 'LLM ')}  (surv "
+               f"{'n/a' if cr['survival'][c] is None else format(cr['survival'][c][0], '.2f')})" for c in comps]
     ax.set_yticks(np.arange(len(comps)), ylabels, fontsize=8)
     ax.set_xticks(np.arange(len(cols)), cols, fontsize=8)
     ax.set_xlabel("actor")

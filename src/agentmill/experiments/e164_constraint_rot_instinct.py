@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,8 +309,11 @@ def _organism_metrics(org: str, rows: list[dict[str, Any]], s: Setup, ctx: RunCo
                       pr: Any, ratio_rule: float, validated: bool) -> set[str]:
     """V(full), V(never), RS, the decay precondition and the soft/hard contrast of one organism into ``out``;
     returns the names that must be stamped ``*_observed`` (measured although a gate or the precondition failed)."""
-    from agentmill.methods.constraint_rot.metrics import decay_precondition
+    from agentmill.methods.constraint_rot.metrics import decay_precondition, split_summary_failed
 
+    rows, failed = split_summary_failed(rows)  # type: ignore[assignment]  # spec §9: counted, never measured
+    ctx.data[org]["summary_failed"] = {"n": len(failed),
+                                       "by_compactor": dict(Counter(r["compactor"] for r in failed))}
     full = [r for r in rows if r["condition"] == FULL]
     out[f"v_full_{org}"] = _wilson_of(full)  # type: ignore[assignment]
     out[f"v_never_{org}"] = _wilson_of([r for r in rows if r["condition"] == NEVER])  # type: ignore[assignment]

@@ -444,10 +444,14 @@ def _grid_metrics(s: Setup, ctx: RunContext, rows: list[dict[str, Any]], ms: Map
                   out: dict[str, Estimate], summarise: Any, decay_precondition: Any, shuffle_conditions: Any,
                   pr: Any, SURVIVED: Any) -> None:
     """CR-3, CR-4, CR-6, CR-11, NC-7, NC-8 from the grid rows (module docstring)."""
-    from agentmill.methods.constraint_rot.metrics import cell_metrics
+    from agentmill.methods.constraint_rot.metrics import cell_metrics, split_summary_failed
 
-    table = summarise(rows, B=s.n_boot, prereg=pr)
+    table = summarise(rows, B=s.n_boot, prereg=pr)  # leaves failed LLM summaries out, counts them per cell
     ctx.data["metrics_markdown"] = table.to_markdown()
+    # the figures below read rows directly: the same exclusion (spec §9), with the count kept in the record
+    rows, failed = split_summary_failed(rows)  # type: ignore[assignment]
+    ctx.data["summary_failed"] = {"n": len(failed), "by_compactor": {
+        n: sum(r["compactor"] == n for r in failed) for n in ms}}
     full = [r for r in rows if r["condition"] == "full_context" and r["pin"] == NONE]
     v_full = _wilson_of(full)
     rs = _pooled(table, "RS")[0].estimate

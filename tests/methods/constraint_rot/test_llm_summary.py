@@ -10,10 +10,11 @@ import pytest
 from agentmill.core.types import Message
 from agentmill.lm import load_lm
 from agentmill.lm.scripted import ScriptedLM
-from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX
+from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX, make_config_hash
 from agentmill.methods.constraint_rot.compactors.llm_summary import (CONTINUATION_PREFACE, HANDOFF_PREFACE, STYLES,
                                                                     LLMSummary, project_prompt, render_transcript,
                                                                     strip_scratchpad, trim_to_last_tokens)
+from agentmill.methods.constraint_rot.compactors.repeated import Repeated
 from agentmill.methods.constraint_rot.messages import WhitespaceCounter, count_tokens
 from agentmill.methods.constraint_rot.summary_cache import SummaryCache, cache_key
 from tests.methods.constraint_rot.contexts import RULE, context  # the shared 12-message context
@@ -309,3 +310,24 @@ def test_smollm2_summarises_one_short_prefix():
     assert not d["summary_failed"] and d["max_new_tokens"] <= 64
     assert res.messages[1].meta["origin"] == "summary" and res.summary_text
     assert d["achieved_ratio"] > 0
+
+
+# ------------------------------------------------------------------------------------------------ name and label
+def test_one_style_on_two_lms_shares_the_name_but_not_the_label_or_hash():
+    a = LLMSummary(ScriptedLM(lambda t: "A", spec="scripted:a"), style="handoff", counter=WS, prompt_source="project")
+    b = LLMSummary(ScriptedLM(lambda t: "B", spec="scripted:b"), style="handoff", counter=WS, prompt_source="project")
+    # the name stays llm_summary:<style>: it is hashed into config_hash, hence into every cache and resume key
+    assert a.name == b.name == "llm_summary:handoff"
+    assert (a.label, b.label) == ("llm_summary:handoff@scripted:a", "llm_summary:handoff@scripted:b")
+    assert a.lm_spec == "scripted:a" and a.config_hash != b.config_hash
+    assert a.config_hash == make_config_hash("llm_summary:handoff", **a.config)  # the label is not in the hash
+    assert a.config["lm"] == "scripted:a"
+
+
+def test_repeated_carries_the_label_and_a_failed_round():
+    ok = Repeated(LLMSummary(ScriptedLM(lambda t: "S", spec="scripted:s"), counter=WS, prompt_source="project"), 2)
+    assert ok.label == "repeated(llm_summary:goal_extract@scripted:s)" and ok.lm_spec == "scripted:s"
+    assert ok.compact(context()).details["summary_failed"] is False
+    bad = Repeated(LLMSummary(load_lm("scripted:fail"), counter=WS, prompt_source="project"), 2)
+    res = bad.compact(context())
+    assert res.details["summary_failed"] is True and res.messages == context()  # nothing compacted, and said so

@@ -151,3 +151,19 @@ def test_rows_carry_actor_reported_card_and_usage(sandbox, episodes) -> None:  #
     assert row["actor_usage"] == {"calls": actor.usage["calls"], "prompt_tokens": 10 * actor.usage["calls"]}
     plain = AgentLoop(RuleReader(), sandbox, counter=W).run(episodes[0], C.full_context()).row
     assert plain["organism_card_sha"] is None and "actor_usage" not in plain
+
+
+def test_rows_name_the_summariser_lm_and_a_failed_summary(sandbox, episodes) -> None:  # type: ignore
+    from agentmill.lm import load_lm
+    from agentmill.lm.scripted import ScriptedLM
+    from agentmill.methods.constraint_rot.compactors import LLMSummary
+
+    ok = LLMSummary(ScriptedLM(lambda t: "Summary.", spec="scripted:ok"), counter=W, prompt_source="project")
+    bad = LLMSummary(load_lm("scripted:fail"), counter=W, prompt_source="project")
+    loop = AgentLoop(RuleReader(), sandbox, counter=W)
+    good, failed = loop.run(episodes[0], C.compacted(ok)).row, loop.run(episodes[0], C.compacted(bad)).row
+    assert (good["compactor"], good["summariser_lm"], good["summary_failed"]) == (
+        "llm_summary:goal_extract", "scripted:ok", False)
+    assert (failed["summariser_lm"], failed["summary_failed"], failed["error"]) == ("scripted:fail", True, None)
+    window = loop.run(episodes[0], C.compacted(SlidingWindow(counter=W))).row
+    assert (window["summariser_lm"], window["summary_failed"]) == (None, False)

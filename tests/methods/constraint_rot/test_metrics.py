@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from agentmill.methods.constraint_rot.metrics import (PRECONDITION_NOT_MET, cell_metrics, decay_precondition,
-                                                      load_rows, shuffle_conditions, summarise, validate_rows)
+from agentmill.methods.constraint_rot.metrics import (PRECONDITION_NOT_MET, cell_metrics, compactor_groups,
+                                                      decay_precondition, load_rows, shuffle_conditions,
+                                                      split_summary_failed, summarise, validate_rows)
 from agentmill.methods.constraint_rot.prereg import PreregError, default_prereg_path, load_prereg, parse_prereg
 from agentmill.methods.constraint_rot.stats import wilson, wilson_estimate
 
@@ -265,3 +266,77 @@ def test_prereg_validation_errors(tmp_path):
         parse_prereg(text.replace("direction: le, threshold: 0.05", "direction: le, threshold: low", 1))
     with pytest.raises(PreregError, match="cannot read"):
         load_prereg(tmp_path / "missing.yaml")
+
+
+# -- one summariser style on two LMs; failed summaries ---------------------------------------------------------------
+def two_lm_rows():
+    """Families f1, f2, episodes e0, e1: V(full) = 0 everywhere; LLMSummary(handoff) on LM "a" loses the rule in
+    every episode (V = 1), on LM "b" in none (V = 0). Merged, the cell would read V = 0.5."""
+    rows = []
+    for f in ("f1", "f2"):
+        for e in ("e0", "e1"):
+            ep = f"{f}{e}"
+            rows.append(row(ep, f, "full_context", False, label="preserved"))
+            for lm, lost in (("scripted:a", True), ("scripted:b", False)):
+                rows.append(row(ep, f, "compacted", lost, comp="llm_summary:handoff", summariser_lm=lm,
+                                label="dropped" if lost else "preserved"))
+    return rows
+
+
+def test_one_style_on_two_lms_gets_two_cells_two_decays_and_two_crossing_rows():
+    t = summarise(two_lm_rows(), B=B)
+    a = t.cell(compactor="llm_summary:handoff@scripted:a", condition="compacted")
+    b = t.cell(compactor="llm_summary:handoff@scripted:b", condition="compacted")
+    assert (a.n, a.V.value, b.n, b.V.value) == (4, 1.0, 4, 0.0)
+    with pytest.raises(KeyError):
+        t.cell(compactor="llm_summary:handoff", condition="compacted")  # no merged cell
+    d_a = t.contrast("D", compactor="llm_summary:handoff@scripted:a", kind="*", location="*")
+    d_b = t.contrast("D", compactor="llm_summary:handoff@scripted:b", kind="*", location="*")
+    assert (d_a.estimate.value, d_b.estimate.value) == (1.0, 0.0)
+    assert t.crossing.compactors == ["llm_summary:handoff@scripted:a", "llm_summary:handoff@scripted:b"]
+    assert "llm_summary:handoff@scripted:a" in t.to_markdown()
+
+
+def test_single_lm_keeps_the_plain_compactor_name():
+    rows = [r for r in two_lm_rows() if r.get("summariser_lm") != "scripted:b"]
+    t = summarise(rows, B=B)
+    assert t.cell(compactor="llm_summary:handoff", condition="compacted").V.value == 1.0
+    assert "@scripted" not in t.to_markdown()
+
+
+def test_failed_summary_rows_are_counted_not_measured():
+    # f1e0..f2e1 compacted by window; two of the four summaries failed (context unchanged, actor obeyed: False).
+    # Measured: the two real compactions both lost the rule -> V = 2/2 = 1, not 2/4 = 0.5.
+    rows = []
+    for i, (f, e) in enumerate((("f1", "e0"), ("f1", "e1"), ("f2", "e0"), ("f2", "e1"))):
+        failed = i % 2 == 1
+        rows += [row(f"{f}{e}", f, "full_context", False, label="preserved"),
+                 row(f"{f}{e}", f, "compacted", not failed, comp="window", summary_failed=failed,
+                     label="preserved" if failed else "dropped")]
+    t = summarise(rows, B=B)
+    c = t.cell(compactor="window", condition="compacted")
+    assert (c.n, c.n_summary_failed, c.V.value) == (2, 2, 1.0)
+    assert c.survival_strict.value == 0.0  # the two failed rows' "preserved" labels are not survival
+    assert c.unreliable and "2 failed LLM summaries excluded" in c.reasons
+    assert t.cell(condition="full_context").n_summary_failed == 0
+    assert t.contrast("D", compactor="window", kind="*", location="*").estimate.value == 1.0
+    assert t.health.summary_failed == 2
+    md = t.to_markdown()
+    assert "summary failed" in md and "UNRELIABLE: 2 failed LLM summaries excluded" in md
+    assert json.loads(t.to_json())["health"]["summary_failed"] == 2
+
+
+def test_a_cell_whose_summaries_all_failed_has_no_rates():
+    c = cell_metrics({}, [row("a", "f", "compacted", False, summary_failed=True)])
+    assert (c.n, c.n_summary_failed, c.V, c.error_rate) == (0, 1, None, 0.0) and c.unreliable
+
+
+def test_compactor_groups_and_split_summary_failed():
+    rows = [row("a", "f", "compacted", False, comp="x", summariser_lm="m1"),
+            row("b", "f", "compacted", False, comp="x", summariser_lm="m2", summary_failed=True),
+            row("c", "f", "compacted", False, comp="y", summariser_lm="m1")]
+    g = compactor_groups(rows)
+    assert [r["compactor"] for r in g] == ["x@m1", "x@m2", "y"] and g[0]["compactor_name"] == "x"
+    assert rows[0]["compactor"] == "x"  # the input rows are not modified
+    kept, failed = split_summary_failed(g)
+    assert [r["episode_id"] for r in kept] == ["a", "c"] and [r["episode_id"] for r in failed] == ["b"]

@@ -338,6 +338,9 @@ class AgentLoop:
             "early_compliant_alternative": early_outcome.compliant_alternative if early_outcome else None,
             "tokens_at_trigger": dec.tokens, "card_tokens": pin.card_tokens if pin is not None else 0,
             "model_input_sha": dec.model_input_sha, "compactions": len(compactions),
+            # spec §9: a compaction whose summariser raised left the context unchanged; the row says so, so that
+            # metrics never count it as a compacted episode
+            "summary_failed": any(bool(c.details.get("summary_failed")) for c in compactions),
             "forged_attempts": pin.report.forged_attempts if pin is not None else 0,
         })
         if dec.model_input is not None:
@@ -417,7 +420,8 @@ class AgentLoop:
             "compactor": getattr(compactor, "name", None) if compactor is not None else "none",
             "compactor_hash": getattr(compactor, "config_hash", None) if compactor is not None else None,
             "prompt_style": getattr(compactor, "style", None), "prompt_sha": getattr(compactor, "prompt_sha", None),
-            "summariser_lm": None, "backend": None, "dtype": None, "rounds": cond.rounds,
+            "summariser_lm": getattr(compactor, "lm_spec", None), "backend": None, "dtype": None,
+            "rounds": cond.rounds,
             "ratio_target": getattr(compactor, "ratio", None),
             "ratio_achieved": None, "pin": "card" if cond.pin else "none",
             "placement": cond.placement if cond.pin else None, "pin_backend": "agentmill" if cond.pin else None,

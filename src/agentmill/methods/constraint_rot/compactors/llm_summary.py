@@ -32,6 +32,10 @@ unchanged — the prefix is kept, never silently dropped — with ``summary_text
 ``details["summary_failed"] = True`` plus the error text; a failure is never cached. A run that treats a failed
 compaction as "no compaction" must read that flag.
 
+**Name and label.** ``name`` is ``llm_summary:<style>`` (it is part of ``config_hash``, hence of every cache
+key and result row); ``label`` is ``llm_summary:<style>@<lm spec>``, the display key that keeps one style on two
+LMs apart.
+
 **Cache.** With a :class:`~agentmill.methods.constraint_rot.summary_cache.SummaryCache`, the raw model output is
 stored under ``sha256(config_hash, input messages, keep_last)``; a hit skips the model call (PF-6).
 """
@@ -193,9 +197,14 @@ class LLMSummary(BaseCompactor):
         self.lm, self.style, self.ratio, self.keep_last = lm, style, float(ratio), keep_last
         self.trim_input_tokens, self.cache, self.calls = trim_input_tokens, cache, 0
         self.no_repeat_ngram_size = NO_REPEAT_NGRAM
+        self.lm_spec: str = getattr(lm, "spec", type(lm).__name__)
+        # ``name`` enters ``config_hash`` and through it every summary-cache key and ``--resume`` key, so it stays
+        # ``llm_summary:<style>``; ``label`` adds the LM so two summarisers of one style on different LMs keep
+        # apart in tables (metrics.compactor_groups does the same from result rows).
         self.name = f"llm_summary:{style}"
+        self.label = f"{self.name}@{self.lm_spec}"
         counter = as_counter(counter)
-        super().__init__(counter, lm=getattr(lm, "spec", type(lm).__name__), style=style, ratio=self.ratio,
+        super().__init__(counter, lm=self.lm_spec, style=style, ratio=self.ratio,
                          keep_last=keep_last, trim_input_tokens=trim_input_tokens, prompt_sha=self.prompt_sha,
                          counter_name=counter.name, no_repeat_ngram_size=self.no_repeat_ngram_size)
 

@@ -26,6 +26,8 @@ class Repeated:
             raise ValueError(f"Repeated.rounds must be an integer in 1..{MAX_ROUNDS}, got {rounds!r}")
         self.inner, self.rounds = inner, rounds
         self.name = f"repeated({inner.name})"
+        self.label = f"repeated({getattr(inner, 'label', inner.name)})"
+        self.lm_spec: str | None = getattr(inner, "lm_spec", None)  # the summariser LM, when inner has one
         self.config_hash = make_config_hash("repeated", inner=inner.config_hash, rounds=rounds)
 
     def __repr__(self) -> str:
@@ -45,4 +47,6 @@ class Repeated:
                        summariser_input=first.summariser_input, tokens_before=first.tokens_before,
                        config_hash=self.config_hash, name=self.name,
                        details={"rounds": [(r.tokens_before, r.tokens_after) for r in results],
-                                "round_summaries": [r.summary_text for r in results]})
+                                "round_summaries": [r.summary_text for r in results],
+                                # a failed round is a failed compaction (spec §9), not a shorter one
+                                "summary_failed": any(bool(r.details.get("summary_failed")) for r in results)})
