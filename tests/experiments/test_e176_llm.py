@@ -17,6 +17,8 @@ def test_llm_smoke(tmp_path) -> None:
     m = exp.measure(exp.setups["smoke"], ctx)
     (run,) = ctx.data["runs"]
     assert run["ok"] and run["retried_malformed"] and run["failed_candidate_logged"], run
+    assert run["critic_verdicts"] == ["continue"] and run["critic_ok"] and run["by_role"]["critic"] == 1
+    assert run["metric_code_used"] == 1 and run["metric_code_fallbacks"] == 1
     assert run["lm_calls"] == run["http_requests"] > 0 and run["replay_requests"] == 0
     assert exp.judge("quick", m) == {"E176-AC12a": "supported", "E176-AC12b": "supported",
                                      "E176-AC12c": "supported"}

@@ -7,9 +7,14 @@ chat model at an OpenAI-compatible endpoint; its replies are scripted (a pure fu
 measures the plumbing — prompt building, JSON extraction, retries with the error fed back, the sandbox check of
 LLM code, fallbacks, ledgering and replay — not any model's judgement. The script injects the spec's faults: one
 malformed JSON reply (first advocate call) and one theory that does not compile (the reviser's first round-1 try).
+It also exercises the reviser's critic (one LLM critic call per revision, answered ``continue``, which ends the inner
+loop) and LLM-written metric code: in round 2 (the validation round in smoke) advocate 1 sends a ``metric(data)``
+source that passes the sandbox check and is used, and advocate 2 one that the AST policy rejects, so its named
+template is used instead (``fallback: true`` in the proposal's ``metric_code`` record).
 
 Per run: (a) it completes, the malformed reply was retried, the non-compiling theory is recorded as a failed
-candidate, the audit is clean — including one ``lm_call`` ledger event before every LM-driven step — and every
+candidate, the critic's verdict is in the candidate records, one observation used sandboxed metric code and one
+logged the template fallback, the audit is clean — including one ``lm_call`` ledger event before every LM-driven step — and every
 HTTP request the server saw is one ``lm_call`` event (nothing asked twice, nothing unrecorded); (b) a RecordReplay
 rerun in a fresh directory that has only ``lm_calls.jsonl`` ends at a byte-identical ledger head while a fresh
 server counts 0 requests; (c) no prompt — from the ledger's ``lm_call`` events and from the server's own log —
@@ -45,8 +50,9 @@ class Setup:
     """Fallback advocate's designs (used only if the LLM advocate fails three times)."""
     max_candidates: int = 12
     """Fallback reviser's budget; also its n_sim-based loss scores the LLM's candidates."""
-    reviser_iters: int = 2
-    """LLM reviser inner-loop iterations (spec: up to 10 [C]; 2 keeps the quick run short)."""
+    reviser_iters: int = 10
+    """LLM reviser inner-loop iterations (spec: MAX_CRITIQUE_ITERS = 10 [C]); the stub's critic says ``continue``
+    on the first accepted candidate, so each revision stops after one iteration."""
     eps: float = 0.1
     """Ground-truth action noise."""
     seed: int = 0
@@ -56,9 +62,10 @@ SETUPS = {"smoke": Setup(gts=("wadd",), rounds=1), "quick": Setup(gts=("wadd", "
 
 CLAIMS = (
     Claim("E176-AC12a", "A 2-round run with LLM roles against a loopback OpenAI-compatible stub completes; the "
-          "malformed reply is retried, the non-compiling theory is logged as a failed candidate, the audit "
-          "(with one lm_call per LM-driven step) is clean and every HTTP request is exactly one lm_call event "
-          "(share of runs).",
+          "malformed reply is retried, the non-compiling theory is logged as a failed candidate, the critic's "
+          "verdicts and the sandboxed metric code (used once, rejected once with the template fallback logged) "
+          "are recorded, the audit (with one lm_call per LM-driven step) is clean and every HTTP request is "
+          "exactly one lm_call event (share of runs).",
           "[R] spec §7 AC-12: 'run completes; retries/fallbacks logged'", "—", "ac12_runs_ok", ">=", 1.0,
           judge_on="point"),
     Claim("E176-AC12b", "A RecordReplay rerun ends at a byte-identical ledger head without calling the model "
@@ -115,6 +122,10 @@ def run_one(gt_key: str, s: Setup, base: Path) -> dict:
     cands = [led.payload(e) for e in led.events if e["kind"] == "candidate"]
     retried = any(any("JSON" in x for x in p["extra"].get("llm_errors", [])) for p in props)
     failed_cand = any(c.get("errors") for x in cands for c in x["candidates"] if isinstance(c, dict))
+    critic_verdicts = [c["critic"] for x in cands for c in x["candidates"] if isinstance(c, dict) and "critic" in c]
+    critic_ok = bool(critic_verdicts) and not any(c.get("fallback") for c in critic_verdicts)
+    metric_code_used = sum("source" in p["metric"] for p in props)
+    metric_fallbacks = sum(bool((p["extra"].get("metric_code") or {}).get("fallback")) for p in props)
     problems = audit(run_dir)
     fallbacks = sum(bool(p["extra"].get("fallback")) for p in props)
     gt = GROUND_TRUTHS[gt_key]
@@ -122,7 +133,8 @@ def run_one(gt_key: str, s: Setup, base: Path) -> dict:
     prompts = [c["prompt"] for c in calls] + served
     leaks = find_leaks(prompts, tokens)
     planted = find_leaks([prompts[0] + "\n" + tokens.lines[-1]], tokens) if prompts and tokens.lines else []
-    ok = (res.status == "done" and retried and failed_cand and not problems and len(calls) == len(served))
+    ok = (res.status == "done" and retried and failed_cand and critic_ok and metric_code_used >= 1
+          and metric_fallbacks >= 1 and not problems and len(calls) == len(served))
     shutil.copytree(run_dir, replay_dir, ignore=shutil.ignore_patterns("ledger.jsonl", "state.json", "blobs"))
     with LoopbackServer() as srv2:
         res2 = build_loop(load_lm(srv2.lm_spec), gt_key, s, replay_dir).run()
@@ -132,6 +144,8 @@ def run_one(gt_key: str, s: Setup, base: Path) -> dict:
             "completion_tokens": sum(c["completion_tokens"] for c in calls),
             "by_role": {r: sum(c["role"] == r for c in calls) for r in sorted({c["role"] for c in calls})},
             "retried_malformed": retried, "failed_candidate_logged": failed_cand, "advocate_fallbacks": fallbacks,
+            "critic_verdicts": [c["verdict"] for c in critic_verdicts], "critic_ok": critic_ok,
+            "metric_code_used": metric_code_used, "metric_code_fallbacks": metric_fallbacks,
             "audit_problems": problems, "ok": ok, "surfaced": res.surfaced,
             "llm_theory_admitted": any((x.get("theory") or {}).get("factory") == "code" for x in cands),
             "leaks": [(i, t[:80]) for i, t in leaks][:20], "n_leaks": len(leaks), "n_prompts": len(prompts),

@@ -33,8 +33,9 @@ def test_every_lm_call_is_a_ledger_event_before_its_step(tmp_path) -> None:
     _loop(lm, tmp_path).run()
     led = Ledger(tmp_path)
     calls = [e for e in led.events if e["kind"] == "lm_call"]
-    # round 1: advocate1 malformed + retry (2), advocate2 (1), arbiter (1), reviser broken + retry (2)
-    assert len(calls) == len(lm.calls) == 6
+    # round 1: advocate1 malformed + retry (2), advocate2 (1), arbiter (1), reviser broken + retry (2), critic (1)
+    assert len(calls) == len(lm.calls) == 7
+    assert led.payload(calls[-1])["role"] == "critic" and calls[-1]["step"] == "r1/candidates/lm02"
     assert [e["step"] for e in calls[:2]] == ["r1/s1/proposal/lm00", "r1/s1/proposal/lm01"]
     p = led.payload(calls[0])
     assert p["model"] == "openai:stub" and p["role"] == "advocate1" and p["response"].startswith('{"design"')

@@ -7,8 +7,8 @@ ledgered (hash chain) and resumable. See README.md.
 """
 
 from agentmill.methods.autocog import library
-from agentmill.methods.autocog.agents.base import PoolView, Proposal, Revision, Verdict
-from agentmill.methods.autocog.agents.search import ProgramSpaceReviser, RuleArbiter, SearchAdvocate
+from agentmill.methods.autocog.agents.base import Critique, PoolView, Proposal, Revision, Verdict
+from agentmill.methods.autocog.agents.search import LossCritic, ProgramSpaceReviser, RuleArbiter, SearchAdvocate
 from agentmill.methods.autocog.cohorts import HumanCohort, SimulatedCohort
 from agentmill.methods.autocog.config import AutoCogConfig
 from agentmill.methods.autocog.design import Design, random_design
@@ -18,7 +18,7 @@ from agentmill.methods.autocog.jsd import jsd, sequence_jsd, static_jsd
 from agentmill.methods.autocog.ledger import Ledger
 from agentmill.methods.autocog.library import REGISTRY, program, theory_from_spec
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig, RunResult
-from agentmill.methods.autocog.metrics import Estimate, TemplateMetric
+from agentmill.methods.autocog.metrics import CodeMetric, Estimate, TemplateMetric
 from agentmill.methods.autocog.properties import PropertyResult, check_properties
 from agentmill.methods.autocog.scoring import aggregate_loss, leaderboard, normalized_distances, prospective_scores
 from agentmill.methods.autocog.simulate import Data, expected_choice_props, simulate
@@ -31,5 +31,6 @@ __all__ = [
     "normalized_distances", "Ledger", "AutoCogLoop", "LoopConfig", "RunResult", "PoolView", "Proposal", "Revision",
     "Verdict", "ProgramSpaceReviser", "RuleArbiter", "SearchAdvocate", "SimulatedCohort", "HumanCohort",
     "AutoCogConfig", "power_gate", "jsd_gate", "calibrate_jsd_threshold", "jsd", "static_jsd", "sequence_jsd",
-    "prospective_scores", "Classification", "classify", "PropertyResult", "check_properties",
+    "prospective_scores", "Classification", "classify", "PropertyResult", "check_properties", "CodeMetric",
+    "Critique", "LossCritic",
 ]

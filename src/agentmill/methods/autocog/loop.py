@@ -25,7 +25,7 @@ from agentmill.methods.autocog.design import Design
 from agentmill.methods.autocog.gate import JSD_THRESHOLD, jsd_gate, power_gate, welch_gate
 from agentmill.methods.autocog.ledger import Ledger, atomic_write
 from agentmill.methods.autocog.library import theory_from_spec
-from agentmill.methods.autocog.metrics import TemplateMetric, predicted_estimate
+from agentmill.methods.autocog.metrics import metric_from_json, predicted_estimate
 from agentmill.methods.autocog.scoring import leaderboard, prospective_scores, raw_errors
 from agentmill.methods.autocog.simulate import Data
 from agentmill.methods.autocog.theory import canonical, sha256
@@ -178,7 +178,7 @@ class AutoCogLoop:
                 if hasattr(self.cohort, "request"):  # idempotent: recruiting for both observations starts now
                     self.cohort.request(obs_id, Design.from_json(prop["design"]))
                 self.obs.append({"obs_id": obs_id, "round": rnd, "slot": k, "design": Design.from_json(prop["design"]),
-                                 "metric": TemplateMetric.from_json(prop["metric"]), "real": None, "preds": {},
+                                 "metric": metric_from_json(prop["metric"]), "real": None, "preds": {},
                                  "gate_passed": prop["gate"]["accepted"], "seed": derive_seed(cfg.seed, obs_id),
                                  "collected": False})
             for o in self.obs[-2:]:

@@ -151,7 +151,76 @@ def templates_for(own, opponent, *, cardinal: bool) -> list[TemplateMetric]:
     return out
 
 
-def predicted_estimate(theory, design, metric: TemplateMetric, n_sim: int, seed: tuple) -> Estimate:
+def data_columns(data: Data) -> tuple[dict, dict]:
+    """Tidy per-trial columns (spec §2.1; one row per trial, subjects in order) and the design constants that an
+    LLM-written metric sees as ``data[...]``: numpy arrays, not a DataFrame (pandas is not importable in the
+    sandbox — a deviation from the repository, whose metrics take a ``pd.DataFrame``)."""
+    A, B = data.stimuli()
+    S, T = data.resp.shape
+    cols = {"subject_id": np.repeat(np.arange(S), T), "trial_idx": np.tile(np.arange(T), S),
+            "pair_idx": data.pair_idx.reshape(-1), "option_a_ratings": A.reshape(S * T, -1).astype(int),
+            "option_b_ratings": B.reshape(S * T, -1).astype(int), "response": data.resp.reshape(-1)}
+    return cols, {"validities": list(data.design.validities), "rating_max": data.design.rating_max}
+
+
+METRIC_DATA_DOC = ("data is a dict of numpy arrays, one row per trial, subjects in order: subject_id (N,), "
+                   "trial_idx (N,), pair_idx (N,), option_a_ratings (N, F), option_b_ratings (N, F), response (N,) "
+                   "with 0 = chose A, 1 = chose B; plus validities (F,) and rating_max (int)")
+
+
+@dataclass(frozen=True)
+class CodeMetric:
+    """An LLM-written ``metric(data) -> float`` (spec §2.7, §6.3), run only in the sandbox
+    (:func:`~agentmill.methods.autocog.sandbox.run_metric`): one child call evaluates the pooled data and every
+    subject's rows. Value = the pooled call; variance = population variance (ddof 0) of the per-subject values,
+    None if any per-subject call failed (the gate then rejects). Never raises on bad code: a failing pooled call
+    gives Estimate(None, None, None), scored as missing, like a failing theory (§9)."""
+
+    source: str
+    rationale: str = ""
+    name = "code"
+
+    @property
+    def content_id(self) -> str:
+        return sha256({"name": "code", "source": self.source})[:16]
+
+    @property
+    def description(self) -> str:
+        return f"code:{self.content_id[:8]}"
+
+    def to_json(self) -> dict:
+        return {"name": "code", "source": self.source, "rationale": self.rationale}
+
+    def evaluate(self, data: Data) -> tuple[Estimate, list]:
+        """The Estimate and the per-call errors (pooled first); a sandbox-level failure is one error string."""
+        from agentmill.methods.autocog.sandbox import SandboxError, run_metric
+
+        cols, const = data_columns(data)
+        try:
+            res = run_metric(self.source, cols, const)
+        except SandboxError as e:
+            return Estimate(None, None, None), [f"{type(e).__name__}: {e}"]
+        value, per = res["values"][0], res["values"][1:]
+        errors = [e for e in res["errors"] if e]
+        if value is None:
+            return Estimate(None, None, None), errors
+        if not per or any(v is None for v in per):
+            return Estimate(value, None, None), errors
+        arr = np.asarray(per, float)
+        return Estimate(float(value), float(arr.var()), arr), errors
+
+    def __call__(self, data: Data) -> Estimate:
+        return self.evaluate(data)[0]
+
+
+def metric_from_json(d: dict) -> TemplateMetric | CodeMetric:
+    """A ledgered metric back: code metrics carry their ``source``, templates their ``name`` and ``args``."""
+    if "source" in d:
+        return CodeMetric(str(d["source"]), str(d.get("rationale", "")))
+    return TemplateMetric.from_json(d)
+
+
+def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_sim: int, seed: tuple) -> Estimate:
     """Simulate ``theory`` on ``design`` (``n_sim`` subjects, common random numbers keyed by ``seed``) and apply
     ``metric``. A failing theory yields Estimate(None, None, None) (scored 1, §9)."""
     from agentmill.methods.autocog.simulate import simulate

@@ -64,8 +64,9 @@ CPU_SOFT, CPU_HARD, WALL = 10, 12, 20
 MEM_BYTES = 1 << 30
 
 
-def check_source(source: str) -> ast.Module:
-    """Static policy; raises TheoryCompileError on a syntax error, TheoryRejected on a violation."""
+def check_source(source: str, *, entry: str = "predict") -> ast.Module:
+    """Static policy; raises TheoryCompileError on a syntax error or a missing ``entry`` function (``predict`` for
+    theories, ``metric`` for LLM-written metrics), TheoryRejected on a violation."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -87,14 +88,18 @@ def check_source(source: str) -> ast.Module:
                 raise TheoryRejected(f"attribute {node.attr!r} is not allowed", line)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             raise TheoryRejected("global/nonlocal are not allowed", line)
-    if not any(isinstance(n, ast.FunctionDef) and n.name == "predict" for n in tree.body):
-        raise TheoryCompileError("source must define predict(params, stimulus, history)")
+    if not any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):
+        raise TheoryCompileError(f"source must define {ENTRY_SIGNATURES.get(entry, entry + '(...)')}")
     return tree
 
 
-CHILD = r'''
+ENTRY_SIGNATURES = {"predict": "predict(params, stimulus, history)", "metric": "metric(data) -> float"}
+
+
+CHILD_PREAMBLE = r'''
 import sys, json, math
 import numpy as np
+import numpy.ma  # np.unique & co. import it lazily: loaded before the audit hook bans new imports
 layers = {"unshare_net": False}
 try:
     import ctypes
@@ -144,11 +149,14 @@ ns = {"__builtins__": SAFE, "np": np, "math": math}
 def fail(kind, msg):
     out.write(json.dumps({"ok": False, "kind": kind, "error": msg, "layers": layers})); out.flush(); sys.exit(0)
 try:
-    exec(compile(req["source"], "<theory>", "exec"), ns)
+    exec(compile(req["source"], "<" + req.get("entry", "theory") + ">", "exec"), ns)
 except MemoryError:
     fail("memory", "MemoryError")
 except Exception as e:
     fail("compile", type(e).__name__ + ": " + str(e))
+'''
+
+CHILD_THEORY = r'''
 predict = ns.get("predict")
 A = req["A"]; B = req["B"]; P = req["params"]; U = req.get("u"); policy = req.get("policy", "sample")
 S = len(A); probs = []; resps = []; renorm = 0
@@ -192,6 +200,41 @@ if len(res) > 64 * 1024 * 1024:
 out.write(res); out.flush()
 '''
 
+CHILD = CHILD_PREAMBLE + CHILD_THEORY
+
+CHILD_METRIC = r'''
+metric = ns.get("metric")
+cols = {k: np.asarray(v) for k, v in req["columns"].items()}
+const = req.get("constants", {})
+sid = cols["subject_id"]
+order = []
+for x in sid.tolist():
+    if x not in order:
+        order.append(x)
+groups = [np.arange(len(sid))] + [np.flatnonzero(sid == x) for x in order]
+values, errors = [], []
+for idx in groups:
+    data = {k: v[idx].copy() for k, v in cols.items()}  # a fresh copy per call: metrics may mutate their input
+    data.update({k: (np.asarray(v) if isinstance(v, list) else v) for k, v in const.items()})
+    try:
+        x = np.asarray(metric(data), dtype=float)
+        if x.size != 1:
+            raise TypeError("metric must return one number, got shape " + str(x.shape))
+        x = float(x.reshape(-1)[0])
+        if not math.isfinite(x):
+            raise ValueError("metric returned a non-finite value: " + str(x))
+        values.append(x); errors.append(None)
+    except MemoryError:
+        fail("memory", "MemoryError")
+    except RecursionError:
+        values.append(None); errors.append("RecursionError")
+    except (PermissionError, ImportError) as e:
+        fail("violation", str(e))
+    except Exception as e:
+        values.append(None); errors.append(type(e).__name__ + ": " + str(e)[:200])
+out.write(json.dumps({"ok": True, "values": values, "errors": errors, "layers": layers})); out.flush()
+'''
+
 
 def _limits() -> None:  # preexec_fn: runs in the child before exec
     import resource
@@ -209,10 +252,32 @@ def run_batch(source: str, A, B, params: dict, *, u=None, policy: str = "sample"
     req = json.dumps({"source": source, "A": np.asarray(A).tolist(), "B": np.asarray(B).tolist(),
                       "params": {k: np.asarray(v).tolist() for k, v in params.items()},
                       "u": None if u is None else np.asarray(u).tolist(), "policy": policy}).encode()
+    return _run_child(CHILD, req)
+
+
+def run_metric(source: str, columns: dict, constants: dict | None = None) -> dict:
+    """Run ``metric(data) -> float`` in one sandboxed child on the pooled rows and then on each subject's rows
+    (subjects in order of first appearance). ``columns`` maps column name -> per-row array and must hold
+    ``subject_id``; ``constants`` (e.g. ``validities``, ``rating_max``) are added to every call's ``data`` dict.
+    Each call gets a fresh copy. Returns {values, errors, layers}: ``values[0]`` pooled, then one per subject, None
+    where that call failed (``errors`` says why). A compile error, a policy violation, a timeout or the memory limit
+    raises the matching :class:`SandboxError`."""
+    check_source(source, entry="metric")
+    if "subject_id" not in columns:
+        raise ValueError("run_metric: columns must include 'subject_id'")
+    req = json.dumps({"source": source, "entry": "metric",
+                      "columns": {k: np.asarray(v).tolist() for k, v in columns.items()},
+                      "constants": {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
+                                    for k, v in (constants or {}).items()}}).encode()
+    return _run_child(CHILD_PREAMBLE + CHILD_METRIC, req)
+
+
+def _run_child(script: str, req: bytes) -> dict:
+    """One fresh ``python -I`` child under the limits of the module docstring; parses its JSON answer."""
     cwd = tempfile.mkdtemp(prefix="autocog-sbx-")
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     try:
-        p = subprocess.Popen([sys.executable, "-I", "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        p = subprocess.Popen([sys.executable, "-I", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, cwd=cwd, env=env, preexec_fn=_limits, start_new_session=True)
         try:
             out, err = p.communicate(req, timeout=WALL)

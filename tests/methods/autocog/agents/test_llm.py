@@ -29,7 +29,7 @@ GOOD_CODE = ("import numpy as np\nimport math\n"
 
 class Script:
     def __init__(self) -> None:
-        self.n = {"advocate": 0, "arbiter": 0, "reviser": 0}
+        self.n = {"advocate": 0, "arbiter": 0, "reviser": 0, "critic": 0}
 
     def __call__(self, text: str) -> str:
         role = text.split("ROLE: ", 1)[1].split("\n", 1)[0]
@@ -38,6 +38,8 @@ class Script:
             if self.n[role] == 1:
                 return '{"design": {"validities": [0.9, 0.8'  # malformed JSON
             return "Here you go:\n```json\n" + json.dumps({"design": DESIGN, "metric": {"name": "top_cue_vs_majority"}}) + "\n```"
+        if role == "critic":
+            return json.dumps({"verdict": "continue", "critique": "good enough"})
         if role == "arbiter":
             return json.dumps({"interpretation": "slot 2 fits worse", "verdict": "new_theory", "target_theory_idx": 2,
                                "recommendation": "try graded weights"})

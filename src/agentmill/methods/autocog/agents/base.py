@@ -1,4 +1,5 @@
-"""Role protocols and records (spec autocog §6.2)."""
+"""Role protocols and records (spec autocog §6.2): Advocate, Arbiter, Reviser, Critic; Proposal, Verdict, Critique,
+Revision, and the PoolView every role reads."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from agentmill.methods.autocog.design import Design
-from agentmill.methods.autocog.metrics import TemplateMetric
+from agentmill.methods.autocog.metrics import CodeMetric, TemplateMetric
 
 
 @dataclass
 class PoolView:
     """What roles see: registered theories (id -> theory), slot ids, and the observations so far.
 
-    Each observation is a dict with ``obs_id, design (Design), metric (TemplateMetric), real (float|None),
+    Each observation is a dict with ``obs_id, design (Design), metric (TemplateMetric|CodeMetric), real (float|None),
     preds ({theory_id: float|None}), round, gate_passed``.
     """
 
@@ -31,7 +32,7 @@ class PoolView:
 @dataclass
 class Proposal:
     design: Design
-    metric: TemplateMetric
+    metric: TemplateMetric | CodeMetric
     rationale: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -46,6 +47,30 @@ class Verdict:
     def to_json(self) -> dict:
         return {"kind": self.kind, "target_slot": self.target_slot, "interpretation": self.interpretation,
                 "recommendation": self.recommendation}
+
+
+CRITIC_VERDICTS = ("continue", "regenerate")
+
+
+@dataclass
+class Critique:
+    """The critic's answer on one revision candidate (spec §2.10, §6.3): ``continue`` = good enough, stop the inner
+    loop (honoured only for an accepted candidate); ``regenerate`` = try again, with ``critique`` as the advice."""
+
+    verdict: str  # "continue" | "regenerate"
+    critique: str = ""
+    fallback: bool = False
+    errors: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in CRITIC_VERDICTS:
+            raise ValueError(f"Critique.verdict: {self.verdict!r} is not one of {', '.join(CRITIC_VERDICTS)}")
+
+    def to_json(self) -> dict:
+        out = {"verdict": self.verdict, "critique": self.critique}
+        if self.fallback:
+            out.update(fallback=True, errors=list(self.errors))
+        return out
 
 
 @dataclass
@@ -66,3 +91,11 @@ class Arbiter(Protocol):
 
 class Reviser(Protocol):
     def revise(self, verdict: Verdict, target, other, pool: PoolView, rng: np.random.Generator) -> Revision: ...
+
+
+class Critic(Protocol):
+    def critique(self, verdict: Verdict, target, candidate, pool: PoolView, attempt: dict,
+                 history: list[dict]) -> Critique:
+        """Judge ``candidate`` (``attempt``: iteration, name, loss, per-observation errors, accepted, best_loss,
+        target_loss) given the earlier iterations' records in ``history``."""
+        ...

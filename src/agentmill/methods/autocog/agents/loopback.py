@@ -38,6 +38,19 @@ GRADED_CODE = ("import numpy as np\nimport math\n"
 """The scripted reviser's theory: validity weights raised to a power (written here, not taken from the library)."""
 
 
+TOP_CUE_METRIC = ("import numpy as np\n"
+                  "def metric(data):\n"
+                  "    top = int(np.argmax(data['validities']))\n"
+                  "    diff = data['option_a_ratings'][:, top] - data['option_b_ratings'][:, top]\n"
+                  "    picked_a = data['response'] == 0\n"
+                  "    follows = np.where(diff > 0, picked_a, ~picked_a)[diff != 0]\n"
+                  "    return float(follows.mean()) if follows.size else 0.5\n")
+"""The scripted advocate's metric code: the share of choices that follow the most valid cue where it discriminates."""
+
+BAD_METRIC = "import os\ndef metric(data):\n    return float(len(os.listdir('.')))\n"
+"""Metric code the AST policy rejects (an ``os`` import): the advocate must fall back to its named template."""
+
+
 def _role(prompt: str) -> str:
     m = re.search(r"ROLE: (\w+)", prompt)
     return m.group(1) if m else "?"
@@ -50,17 +63,27 @@ def _n_observations(prompt: str) -> int:
 def scripted_reply(prompt: str) -> str:
     """The stub's reply to ``prompt`` (a pure function of it).
 
-    * advocate: malformed JSON on a first attempt with no observations yet (round 1, slot 1), else a fenced JSON
-      proposal of :data:`DESIGN` with the ``top_cue_vs_majority`` metric;
+    * advocate: malformed JSON on a first attempt with no observations yet (round 1, slot 1); with exactly 2 past
+      observations (round 2, slot 1) a fenced JSON proposal of :data:`DESIGN` plus a fenced ``metric`` block
+      (:data:`TOP_CUE_METRIC`); with exactly 3 (round 2, slot 2) :data:`BAD_METRIC` in ``metric.source`` with the
+      ``top_cue_vs_majority`` template named as its fallback; else a fenced JSON proposal of :data:`DESIGN` with
+      the ``top_cue_vs_majority`` template;
     * arbiter: replace slot 2 with a new theory;
     * reviser: in round 1 (2 observations), a first attempt whose code does not compile; otherwise
       :data:`GRADED_CODE`;
+    * critic: ``continue`` when the prompt marks the candidate accepted, else ``regenerate``;
     * anything else: an apology with no JSON (the roles then fall back).
     """
     role, retry = _role(prompt), "previous reply was invalid" in prompt
     if role == "advocate":
         if "(no observations yet)" in prompt and not retry:
             return '{"design": {"validities": [0.9, 0.8'
+        n_obs = _n_observations(prompt)
+        if n_obs == 2:
+            return ("Here is my proposal:\n```json\n" + json.dumps({"design": DESIGN}) + "\n```\n```metric\n"
+                    + TOP_CUE_METRIC + "```")
+        if n_obs == 3:
+            return json.dumps({"design": DESIGN, "metric": {"source": BAD_METRIC, "name": "top_cue_vs_majority"}})
         return ("Here is my proposal:\n```json\n"
                 + json.dumps({"design": DESIGN, "metric": {"name": "top_cue_vs_majority"}}) + "\n```")
     if role == "arbiter":
@@ -73,6 +96,10 @@ def scripted_reply(prompt: str) -> str:
         return json.dumps({"name": "graded weights", "prose": "Validity weights raised to a power, additive.",
                            "predict_source": GRADED_CODE, "policy": "sample",
                            "parameters": {"gamma": "[0, 10]", "beta": "[0.1, 20]", "eps": "[0, 0.5]"}})
+    if role == "critic":
+        verdict = "continue" if "ACCEPTED (best so far)" in prompt else "regenerate"
+        return json.dumps({"verdict": verdict, "critique": "fits the observed top-cue choices" if verdict == "continue"
+                           else "try steeper validity weights"})
     return "Sorry, I cannot help with that."
 
 

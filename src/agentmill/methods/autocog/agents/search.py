@@ -1,4 +1,4 @@
-"""LLM-free roles (spec autocog §6.4): SearchAdvocate, RuleArbiter, ProgramSpaceReviser.
+"""LLM-free roles (spec autocog §6.4): SearchAdvocate, RuleArbiter, ProgramSpaceReviser, LossCritic.
 
 These make the whole loop run offline. The programmatic advocates are symmetric discriminators, not partisans;
 the programmatic reviser searches a typed grammar that *contains* every ground-truth family, so recovery with it
@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from agentmill.methods.autocog import library as L
-from agentmill.methods.autocog.agents.base import PoolView, Proposal, Revision, Verdict
+from agentmill.methods.autocog.agents.base import Critique, PoolView, Proposal, Revision, Verdict
 from agentmill.methods.autocog.design import random_design
 from agentmill.methods.autocog.gate import welch_gate
 from agentmill.methods.autocog.metrics import predicted_estimate, templates_for
@@ -165,3 +165,25 @@ class ProgramSpaceReviser:
         return Revision(best[3], best[0], best[0] < target_loss,
                         candidates=recs + [{"rescored": [{"name": r[3].name, "loss": r[0], "loss_nsim": r[4]}
                                                          for r in rescored], "target_loss": target_loss}])
+
+
+class LossCritic:
+    """The programmatic critic of the LLM reviser's inner loop (the LLM critic's fallback) [R: the spec names no
+    programmatic critic]. ``continue`` iff the candidate was accepted (strictly below the best loss so far) and
+    its aggregate loss is strictly below the replaced theory's (same observations, same simulation budget);
+    otherwise ``regenerate``, naming the observations the candidate fits worst."""
+
+    def __init__(self, *, n_worst: int = 2) -> None:
+        self.n_worst = n_worst
+
+    def critique(self, verdict: Verdict, target, candidate, pool: PoolView, attempt: dict,
+                 history: list[dict]) -> Critique:
+        loss, tl = attempt["loss"], attempt.get("target_loss", math.inf)
+        if attempt.get("accepted") and loss < tl:
+            return Critique("continue", f"loss {loss:.3f} beats the replaced theory's {tl:.3f}")
+        errs = [(e, o["obs_id"]) for e, o in zip(attempt.get("obs_errors", []), pool.observations) if e is not None]
+        worst = ", ".join(f"{oid} (|error| {e:.3f})"
+                          for e, oid in sorted(errs, key=lambda x: (-x[0], x[1]))[: self.n_worst])
+        why = ("not better than the best so far" if not attempt.get("accepted")
+               else f"not better than the replaced theory ({tl:.3f})")
+        return Critique("regenerate", f"loss {loss:.3f} is {why}; worst-fit observations: {worst or 'none'}")
