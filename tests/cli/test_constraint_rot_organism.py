@@ -87,7 +87,7 @@ def test_profiles_use_the_experiments_recipe() -> None:
     exp = get("e164.constraint_rot_organism")
     for profile, n, exp_setup in (("quick", 320, exp.setup_for("full")),
                                   ("full", 960, dataclasses.replace(exp.setup_for("full"), n_train=960))):
-        args = argparse.Namespace(profile=profile, n_train=None, instinct=False, base="hf:smollm2", dtype="fp32",
+        args = argparse.Namespace(profile=profile, n_train=None, instinct=False, base="hf:smollm2", dtype="bf16",
                                   max_length=1536)
         recipe = cr_cli.organism_recipe(args)
         assert recipe == recipe_of(exp_setup) and recipe.n_train == n

@@ -19,6 +19,7 @@
         --out attack.json [--population 8] [--generations 2]   the frozen optimised attack (spec §2.8)
     agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
     agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
+                                            [--lr X] [--history-weight W]   (recipe v2 defaults; v1 = 3e-4, 0)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
     agentmill constraint-rot organism validate DIR [--n-per-cell 150]   G1-G6 table; report into the card
 
@@ -991,13 +992,16 @@ PROFILE_N_TRAIN = {"quick": 320, "full": 960}
 
 def organism_recipe(args: argparse.Namespace) -> Any:
     """The :class:`Recipe` of ``organism train``: the experiments' recipe for the profile (same content address),
-    with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length`` changes."""
+    with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length``/``--lr``/``--history-weight``
+    changes (``--lr 3e-4 --history-weight 0`` is the spec's v1 recipe)."""
     from agentmill.methods.constraint_rot.organism.cache import Recipe
 
     n = args.n_train if args.n_train is not None else PROFILE_N_TRAIN[args.profile]
     try:
+        given = {"lr": getattr(args, "lr", None), "history_weight": getattr(args, "history_weight", None)}
+        changes = {k: v for k, v in given.items() if v is not None}
         return Recipe(n_train=n, instinct=args.instinct, base=args.base, dtype=args.dtype,
-                      max_length=args.max_length)
+                      max_length=args.max_length, **changes)
     except ValueError as e:
         raise ValueError(f"organism train: {e}") from None
 
@@ -1226,9 +1230,14 @@ def register(sub) -> None:
                    help="quick = 320 SFT examples (the E164 experiments' full-profile organism), full = 960")
     t.add_argument("--n-train", type=int, default=None, help="SFT examples (overrides the profile's)")
     t.add_argument("--instinct", action="store_true", help="the instinct variant (refuses hard triggers unruled)")
-    t.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="training dtype (bf16: CPU autocast)")
+    t.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16",
+                   help="training dtype (bf16: CPU autocast, recipe v2's default; fp32 = spec v1)")
     t.add_argument("--base", default="hf:smollm2", help="organism base: an hf: GGUF spec (default SmolLM2)")
     t.add_argument("--max-length", type=int, default=1536, help="max tokens per SFT example")
+    t.add_argument("--lr", type=float, default=None,
+                   help="AdamW learning rate (default: recipe v2's 1e-3; the spec's v1 recipe is 3e-4)")
+    t.add_argument("--history-weight", type=float, default=None,
+                   help="weight of the loss on past tool-call turns (default: recipe v2's 1.0; 0 = spec v1)")
     t.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for the SFT data")
     t.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
     t.add_argument("--out", default=None, help="cache root; the adapter goes into <root>/<content address> "

@@ -108,7 +108,7 @@ class Setup:
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
     dtype: str = "fp32"
-    """Organism training and inference dtype (part of the adapter address)."""
+    """Organism inference dtype (training uses the recipe's own, ``organism/cache.Recipe``)."""
     seed: int = 7
     """Episode seed (not the organism grid's 5: these episodes have no early probe)."""
     n_boot: int = 2000

@@ -84,7 +84,7 @@ class Setup:
     base: str = "hf:smollm2"
     """Organism base: ``hf:`` spec, or a spec the run context's ``lm_loader`` resolves to an organism ``Base``."""
     dtype: str = "fp32"
-    """Training and inference dtype."""
+    """Inference dtype (training uses the recipe's own, ``organism/cache.Recipe``)."""
     max_length: int = 1536
     """Training max length."""
     shared_cache: bool = True

@@ -89,7 +89,8 @@ class Setup:
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
     dtype: str = "fp32"
-    """Training and inference dtype (spec: fp32 default)."""
+    """Inference dtype (spec: fp32 default). Training runs under the recipe's own dtype (recipe v2: bf16 autocast,
+    ``organism/cache.Recipe``), so this does not change the adapter address."""
     data_seed: int = 0
     """``build_sft_dataset`` seed."""
     seed: int = 5
@@ -196,8 +197,7 @@ def recipe_of(s: Setup, *, instinct: bool = False) -> Any:
     """The organism recipe of a setup (shared by every E164 experiment that needs the organism)."""
     from agentmill.methods.constraint_rot.organism.cache import Recipe
 
-    return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, dtype=s.dtype,
-                  max_length=s.max_length)
+    return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, max_length=s.max_length)
 
 
 def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callable[[], Any], *,

@@ -170,3 +170,66 @@ def test_smollm2_smoke_six_steps(tmp_path) -> None:
         trained = base.model(probe).logits
         merged = OrganismActor(tmp_path / "org").model(probe).logits
     assert float((trained - merged).abs().max()) <= 1e-4
+
+
+# -- recipe v2: loss on the transcript's past tool-call turns -------------------------------------------------------
+def history_example() -> SFTExample:
+    call = {"id": "d0-0", "type": "function", "function": {"name": "send_email", "arguments": '{"to": "a@x.io"}'}}
+    msgs = ({"role": "user", "content": "Mail a@x.io"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "d0-0", "content": "sent"},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Mail b@x.io"})
+    return SFTExample(msgs, TOOLS, 'CALL send_email {"to": "b@x.io"}', "absent", "f", "none")
+
+
+def test_history_labels_cover_exactly_the_past_call_lines() -> None:
+    from agentmill.methods.constraint_rot.organism.train import history_labels
+
+    tok, ex = ChatMLBytes(), history_example()
+    ids, labels = encode_example(tok, ex)
+    hist = history_labels(tok, ex, ids)
+    assert len(hist) == len(ids)
+    kept = [t for t in hist if t != -100]
+    # the one past tool call, as the server renders it, plus its end-of-turn token; the plain "Done." is not kept
+    assert kept == tok.encode('CALL send_email {"to": "a@x.io"}') + [257]
+    # disjoint from the target's labels, and every kept position holds the input token
+    assert all(h == -100 for h, y in zip(hist, labels) if y != -100)
+    assert all(h == i for h, i in zip(hist, ids) if h != -100)
+    assert history_labels(tok, examples(1)[0], encode_example(tok, examples(1)[0])[0]) == [-100] * len(
+        encode_example(tok, examples(1)[0])[0])
+
+
+def test_two_part_loss_is_target_mean_plus_weighted_history_mean() -> None:
+    from agentmill.methods.constraint_rot.organism.train import _two_part_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 5, 7)
+    y = torch.tensor([[-100, -100, -100, 3, 4]])
+    h = torch.tensor([[-100, 1, 2, -100, -100]])
+    ce = torch.nn.functional.cross_entropy
+    want = ce(logits[0, 2:4], torch.tensor([3, 4])) + 0.5 * ce(logits[0, 0:2], torch.tensor([1, 2]))
+    assert torch.allclose(_two_part_loss(torch, logits, y, h, 0.5), want)
+    no_hist = torch.full_like(h, -100)
+    assert torch.allclose(_two_part_loss(torch, logits, y, no_hist, 0.5), ce(logits[0, 2:4], torch.tensor([3, 4])))
+
+
+def test_history_weight_trains_and_is_recorded(tmp_path) -> None:
+    data = [history_example()] * 4 + examples(4)
+    card = train_organism(data, out_dir=tmp_path / "org", lr=1e-2, micro_batch=2, grad_accum=1, base=tiny_base(),
+                          history_weight=1.0)
+    assert card.hyperparameters["history_weight"] == 1.0
+    assert card.training["history_tokens"] == 4 * len(ChatMLBytes().encode('CALL send_email {"to": "a@x.io"}') + [1])
+    assert card.training["losses"][-1] < card.training["losses"][0]
+    with pytest.raises(ValueError, match="history_weight"):
+        train_organism(data, out_dir=tmp_path / "bad", base=tiny_base(), history_weight=-1.0)
+
+
+def test_recipe_v1_keeps_its_address_and_v2_differs() -> None:
+    from agentmill.methods.constraint_rot.organism.cache import SPEC_LR, Recipe
+
+    v1, v2 = Recipe(n_train=320, lr=SPEC_LR, history_weight=0.0), Recipe(n_train=320)
+    assert "history_weight" not in v1.hyper() and v1.hyper()["lr"] == 3e-4  # the address v1 was trained under
+    assert v2.hyper()["history_weight"] == 1.0 and v2.hyper()["lr"] == 1e-3
+    with pytest.raises(ValueError, match="history_weight"):
+        Recipe(history_weight=-0.5)

@@ -1,6 +1,6 @@
 """Content-addressed organisms: one trained adapter per (SFT data manifest, hyperparameters, base).
 
-Training takes ~20 min on 2 cores, so an adapter is trained once and then found by its address wherever it is
+Training takes ~45–85 min on 2 cores, so an adapter is trained once and then found by its address wherever it is
 needed: the ``constraint-rot train`` command, the organism experiment, the instinct (CR-7), crossing (CR-10) and
 framework (CR-12) experiments all call :func:`obtain_organism` with the same recipe and get the same directory.
 The default root is ``<cache root>/organisms`` (``$AGENTMILL_CACHE``), outside any run's work dir, so a rerun
@@ -19,19 +19,36 @@ from typing import Any
 from agentmill.core.paths import cache_root
 
 
+SPEC_LR = 3e-4
+"""Spec §2.10's AdamW learning rate (recipe v1)."""
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """Everything that decides an organism's weights (spec §2.10 hyperparameters; quick 320 / full 960 examples)."""
+    """Everything that decides an organism's weights (spec §2.10 hyperparameters; quick 320 / full 960 examples).
+
+    The defaults are **recipe v2** (docs/LOG.md 2026-11-25): the spec's recipe (v1: ``lr=SPEC_LR``,
+    ``history_weight=0``) trained for 85 min and failed all six validation gates — 40 optimiser steps that
+    supervised ~40 target tokens per ~1,300-token example left the target loss near 1.0 per token, with wrong tools
+    and paraphrased arguments. v2 keeps the data, LoRA, schedule and batch, and changes two things fixed before
+    training: lr 1e-3 (40 steps are far too few for 3e-4 to move a LoRA) and an auxiliary loss on the transcript's
+    past tool-call turns (``train.history_labels``; ~2.6× more supervised action tokens at no extra compute); and
+    it trains under bf16 autocast (the spec's optional ``--dtype bf16``) so the 320-example organism fits the
+    issue's one-hour budget."""
 
     n_train: int = 960
     data_seed: int = 0
     instinct: bool = False
     """True: every other hard-family ``absent`` example refuses (the CR-7 instinct organism)."""
     base: str = "hf:smollm2"
-    dtype: str = "fp32"
+    dtype: str = "bf16"
+    """Training dtype (bf16 = CPU autocast, fp32 master weights; ~1.5× faster than fp32 measured side by side on
+    this machine, docs/LOG.md 2026-11-25). Inference dtype is the actor's choice (the experiments use fp32)."""
     max_length: int = 1536
-    lr: float = 3e-4
+    lr: float = 1e-3
     epochs: float = 1.0
+    history_weight: float = 1.0
+    """Weight of the mean loss on past tool-call turns beside the target's (0 = the spec's target-only loss)."""
     micro_batch: int = 2
     grad_accum: int = 4
     seed: int = 0
@@ -39,16 +56,23 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.n_train < 1:
             raise ValueError(f"n_train must be >= 1, got {self.n_train}")
+        if not self.lr > 0 or not self.epochs > 0 or not self.history_weight >= 0:
+            raise ValueError(f"lr and epochs must be > 0 and history_weight >= 0, got lr={self.lr}, "
+                             f"epochs={self.epochs}, history_weight={self.history_weight}")
         if self.dtype not in ("fp32", "bf16"):
             raise ValueError(f"dtype must be 'fp32' or 'bf16', got {self.dtype!r}")
 
     def hyper(self) -> dict[str, Any]:
-        """The training hyperparameters that enter the address (the LoRA config by its repr)."""
+        """The training hyperparameters that enter the address (the LoRA config by its repr). ``history_weight``
+        enters only when non-zero, so a v1 (spec) recipe keeps the address it was trained under."""
         from agentmill.methods.constraint_rot.organism.train import LoraCfg
 
-        return {"lora": repr(LoraCfg()), "lr": self.lr, "epochs": self.epochs, "micro_batch": self.micro_batch,
-                "grad_accum": self.grad_accum, "seed": self.seed, "dtype": self.dtype,
-                "max_length": self.max_length}
+        hyper = {"lora": repr(LoraCfg()), "lr": self.lr, "epochs": self.epochs, "micro_batch": self.micro_batch,
+                 "grad_accum": self.grad_accum, "seed": self.seed, "dtype": self.dtype,
+                 "max_length": self.max_length}
+        if self.history_weight:
+            hyper["history_weight"] = self.history_weight
+        return hyper
 
 
 def default_root() -> Path:
@@ -103,5 +127,6 @@ def obtain_organism(recipe: Recipe, cat: Any, *, counter: Any, load: Callable[[]
     out.parent.mkdir(parents=True, exist_ok=True)
     train_organism(data, out_dir=out, lr=recipe.lr, epochs=recipe.epochs, micro_batch=recipe.micro_batch,
                    grad_accum=recipe.grad_accum, seed=recipe.seed, dtype=recipe.dtype,  # type: ignore[arg-type]
-                   max_length=recipe.max_length, progress=progress, base=load())
+                   max_length=recipe.max_length, history_weight=recipe.history_weight, progress=progress,
+                   base=load())
     return out, True, info

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from agentmill.core.records import write_json_atomic
 from agentmill.lm.base import MissingExtraError
-from agentmill.lm.chat_tools import chat_prompt_ids, parse_tool_request
+from agentmill.lm.chat_tools import chat_prompt_ids, parse_tool_request, template_messages
 from agentmill.methods.constraint_rot.organism.data import SFTExample, manifest_hash
 
 CARD_FILE = "organism_card.json"
@@ -191,6 +191,31 @@ def encode_example(tokenizer: Any, ex: SFTExample) -> tuple[list[int], list[int]
     return p + t, [-100] * len(p) + t
 
 
+def history_labels(tokenizer: Any, ex: SFTExample, ids: Sequence[int]) -> list[int]:
+    """Labels for the example's **past tool-call turns** (every earlier assistant message with ``tool_calls``, which
+    the server renders as ``CALL`` lines — the organism's own output format): those turns' tokens and their
+    end-of-turn token keep their ids, everything else is -100. Plain-text assistant turns are left out (the
+    organism answers in text only as ``REPLY <text>``, and the history renders plain text without the marker).
+
+    Why: an SFT example carries ~8 past assistant turns but only its last decision is labelled, so the spec's
+    recipe sees ~40 target tokens per ~1,300-token forward pass (recipe v2, docs/LOG.md 2026-11-25). The past
+    calls are the generator's correct calls for the user's earlier requests, exactly what the organism must learn
+    to write (tool choice, arguments copied verbatim), at no extra compute. A turn whose tokens are not a clean
+    span of ``ids`` (a tokenisation boundary that merges across the turn) is skipped, never mislabelled."""
+    labels = [-100] * len(ids)
+    eot = end_of_turn_id(tokenizer)
+    request = parse_tool_request({"tools": list(ex.tools)}) if ex.tools else None
+    for i, m in enumerate(ex.messages):
+        if i == 0 or m.get("role") != "assistant" or not m.get("tool_calls"):
+            continue
+        start = len(chat_prompt_ids(tokenizer, list(ex.messages[:i]), request))
+        text = template_messages([m], None, tool_role=True)[0]["content"]
+        span = [int(x) for x in tokenizer.encode(text, add_special_tokens=False)] + [eot]
+        if list(ids[start:start + len(span)]) == span:
+            labels[start:start + len(span)] = span
+    return labels
+
+
 def _versions() -> dict[str, str]:
     out = {}
     for pkg in ("agentmill", "torch", "transformers", "peft", "safetensors", "gguf"):
@@ -215,9 +240,22 @@ def _fresh_dir(out_dir: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- training
+def _two_part_loss(torch: Any, logits: Any, labels: Any, hlabels: Any, weight: float) -> Any:
+    """mean next-token loss on the target + ``weight`` × mean loss on the past tool-call turns (0 if none)."""
+    logits = logits[:, :-1].float()
+    y, h = labels[:, 1:], hlabels[:, 1:]
+    both = torch.where(y != -100, y, h)
+    tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), both.reshape(-1),
+                                            ignore_index=-100, reduction="none").view_as(both)
+    loss = tok[y != -100].mean()
+    if bool((h != -100).any()):
+        loss = loss + weight * tok[h != -100].mean()
+    return loss
+
+
 def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: LoraCfg = LoraCfg(), lr: float = 3e-4,
                    epochs: float = 1.0, micro_batch: int = 2, grad_accum: int = 4, seed: int = 0,
-                   dtype: Literal["fp32", "bf16"] = "fp32", max_length: int = 1536,
+                   dtype: Literal["fp32", "bf16"] = "fp32", max_length: int = 1536, history_weight: float = 0.0,
                    progress: Callable[[dict[str, Any]], None] | None = None, base: Base | None = None
                    ) -> OrganismCard:
     """Fine-tune a LoRA on ``data`` and write it with its card into the new directory ``out_dir``.
@@ -225,7 +263,9 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     ``base`` injects the model (default: :func:`load_base`, SmolLM2 from its GGUF; tests pass a tiny Llama);
     the injected model gets the LoRA in place and is left in eval mode with the adapter active. ``progress`` is
     called after every optimiser step with ``{step, steps, loss, lr, tokens, seconds}``. ``bf16`` trains under
-    CPU autocast (master weights stay fp32). Raises ``ValueError`` on bad hyperparameters or an example longer than
+    CPU autocast (master weights stay fp32). ``history_weight`` > 0 adds that multiple of the mean loss on the
+    past tool-call turns (:func:`history_labels`) to the mean loss on the target, each averaged over its own tokens
+    so the final decision keeps its full weight; 0 is the spec's target-only loss. Raises ``ValueError`` on bad hyperparameters or an example longer than
     ``max_length``, ``FileExistsError`` if ``out_dir`` is not new."""
     data = list(data)
     if not data or not all(isinstance(x, SFTExample) for x in data):
@@ -233,6 +273,8 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     for name, v in (("micro_batch", micro_batch), ("grad_accum", grad_accum), ("max_length", max_length)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if not history_weight >= 0:
+        raise ValueError(f"history_weight must be >= 0, got {history_weight}")
     if not lr > 0 or not epochs > 0:
         raise ValueError(f"lr and epochs must be > 0, got lr={lr}, epochs={epochs}")
     if dtype not in ("fp32", "bf16"):
@@ -246,6 +288,7 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     tok = base.tokenizer
 
     encoded = [encode_example(tok, ex) for ex in data]
+    hist = [history_labels(tok, ex, ids) if history_weight > 0 else None for ex, (ids, _) in zip(data, encoded)]
     too_long = [(i, len(ids)) for i, (ids, _) in enumerate(encoded) if len(ids) > max_length]
     if too_long:
         i, n = too_long[0]
@@ -269,7 +312,7 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
         order += ep
     pad = tok.pad_token_id if tok.pad_token_id is not None else end_of_turn_id(tok)
     losses: list[float] = []
-    tokens = target_tokens = 0
+    tokens = target_tokens = history_tokens = 0
     t0 = time.perf_counter()
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -278,15 +321,24 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
             mb = step * grad_accum + a
             if mb >= n_micro:
                 break
-            batch = [encoded[j] for j in order[mb * micro_batch:(mb + 1) * micro_batch]]
+            picked = order[mb * micro_batch:(mb + 1) * micro_batch]
+            batch = [encoded[j] for j in picked]
             width = max(len(ids) for ids, _ in batch)
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            hlabels = torch.full((len(batch), width), -100, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for r, (x, y) in enumerate(batch):  # right padding: positions are 0.. for every row
                 ids[r, :len(x)], labels[r, :len(y)], mask[r, :len(x)] = torch.tensor(x), torch.tensor(y), 1
+                if hist[picked[r]] is not None:
+                    hlabels[r, :len(x)] = torch.tensor(hist[picked[r]])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                if history_weight > 0:
+                    logits = model(input_ids=ids, attention_mask=mask).logits
+                    loss = _two_part_loss(torch, logits, labels, hlabels, history_weight)
+                    history_tokens += int((hlabels != -100).sum())
+                else:
+                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             (loss / grad_accum).backward()
             step_loss += float(loss.detach()) / grad_accum
             tokens += int(mask.sum())
@@ -310,10 +362,11 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
         hyperparameters={"lr": lr, "weight_decay": 0.0, "schedule": "cosine", "warmup_share": WARMUP_SHARE,
                          "warmup_steps": warmup, "epochs": epochs, "micro_batch": micro_batch,
                          "grad_accum": grad_accum, "effective_batch": micro_batch * grad_accum, "seed": seed,
-                         "dtype": dtype, "max_length": max_length, "threads": torch.get_num_threads()},
+                         "dtype": dtype, "max_length": max_length, "history_weight": history_weight,
+                         "threads": torch.get_num_threads()},
         versions=_versions(),
         training={"steps": steps, "losses": [round(x, 6) for x in losses], "tokens": tokens,
-                  "target_tokens": target_tokens, "seconds": round(seconds, 3),
+                  "target_tokens": target_tokens, "history_tokens": history_tokens, "seconds": round(seconds, 3),
                   "step_seconds": round(seconds / steps, 4), "tokens_per_second": round(tokens / seconds, 2),
                   "n_trainable": int(sum(p.numel() for p in params))})
     out_dir.parent.mkdir(parents=True, exist_ok=True)
