@@ -57,6 +57,7 @@ import numpy as np
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e164_constraint_rot_mechanism import PAPER, make_counter, office, prereg_claim
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.methods.constraint_rot.organism.cache import Recipe
 
 PRECONDITION_NOT_MET = "precondition not met"
 NONE = "none"
@@ -93,6 +94,13 @@ class Setup:
     ``organism/cache.Recipe``), so this does not change the adapter address."""
     data_seed: int = 0
     """``build_sft_dataset`` seed."""
+    lr: float = Recipe.lr
+    """Organism training learning rate (recipe v2, ``organism/cache.Recipe``; the spec's v1 is 3e-4)."""
+    history_weight: float = Recipe.history_weight
+    """Weight of the loss on past tool-call turns (recipe v2; 0 = the spec's target-only loss)."""
+    train_dtype: str = Recipe.dtype
+    """Organism training dtype (recipe v2: bf16 autocast). These three are setup fields so a record made under
+    another recipe is never taken for this one's."""
     seed: int = 5
     """Episode seed of the grid (validation uses its own default seed 1)."""
     n_boot: int = 2000
@@ -195,9 +203,9 @@ def base_factory(spec: str, ctx: RunContext) -> Callable[[], Any]:
 
 def recipe_of(s: Setup, *, instinct: bool = False) -> Any:
     """The organism recipe of a setup (shared by every E164 experiment that needs the organism)."""
-    from agentmill.methods.constraint_rot.organism.cache import Recipe
 
-    return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, max_length=s.max_length)
+    return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, max_length=s.max_length,
+                  lr=s.lr, history_weight=s.history_weight, dtype=s.train_dtype)
 
 
 def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callable[[], Any], *,
