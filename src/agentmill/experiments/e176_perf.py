@@ -17,8 +17,9 @@ P2  sandboxed ``CodeTheory`` (one fresh ``python -I`` child per batch) against t
 P3  one programmatic round with 10 observations in the pool: 2 ``SearchAdvocate`` proposals (200 designs each) with
     their gates, data for both new observations, backfill, the ``RuleArbiter`` verdict, a ``ProgramSpaceReviser``
     revision over 600 grammar candidates (the verdict kind is forced to ``new_theory`` so the candidate set is the
-    whole grammar, subsampled to 600, as the target names), and the post-admission backfill. The first 8
-    observations and 6 registered theories (2 slot seeds + 4 earlier "revisions") are built untimed. The loop's
+    whole grammar, subsampled to 600, as the target names), and the post-admission backfill, on the cardinal task
+    (R = 5; the binary grammar holds only 198 candidates) with a hidden DR-WADD ground truth (ε_gt = 0.25). The
+    first 8 observations and 6 registered theories (2 slot seeds + 4 earlier "revisions") are built untimed. The loop's
     ledger writes are not part of it. Claimed on this process's CPU seconds (user + sys, every thread: the time on
     one core, which the training job sharing the machine inflates far less than wall time); wall time beside.
 P4  trial ``PUT`` latency through the real app (uvicorn in its own process, test mode, loopback, one keep-alive
@@ -76,6 +77,9 @@ class Setup:
     """Observations in the pool before the timed round (the round adds 2 -> 10, spec §8 P3)."""
     p3_rescore_n: int = 200
     """Fresh subjects in the reviser's top-5 re-score (its default)."""
+    p3_rating_max: int = 5
+    """R of the round's designs. The cardinal task (R = 5): its grammar (2,763 variants) exceeds the 600-candidate
+    budget, so the revision scores exactly 600; the binary grammar has only 198."""
     p4_lat_blocks: int = 10
     """Alternating (raw commit block, PUT block) pairs."""
     p4_lat_block: int = 20
@@ -83,7 +87,7 @@ class Setup:
     p4_clients: int = 25
     """Concurrent clients in the throughput run (spec §8 P4: 25)."""
     p4_trials: int = 100
-    """Trials each throughput client submits (a whole U = 8 session: 96 + 4 catch)."""
+    """Trials each throughput client submits (100 = a whole U = 8 session: 96 + 4 catch; quick 40)."""
     alpha: float = 0.01
     """Family-wise level of P1's agreement test (Bonferroni over pairs × rules)."""
     seed: int = 0
@@ -93,7 +97,7 @@ SETUPS = {
     "smoke": Setup(n_subjects=4, p1_reps=2, p1_vec_inner=1, p2_reps=1, p2_cold_reps=1, p3_n_designs=3,
                    p3_max_candidates=4, p3_prior_obs=2, p3_rescore_n=10, p4_lat_blocks=2, p4_lat_block=3,
                    p4_clients=2, p4_trials=6),
-    "quick": Setup(),
+    "quick": Setup(p4_trials=40),
     "full": Setup(p1_reps=10, p2_reps=10, p2_cold_reps=10, p4_lat_blocks=20, p4_lat_block=25),
 }
 
@@ -333,18 +337,19 @@ def p2(s: Setup, ctx: RunContext) -> dict[str, Any]:
     u = rng_for(s.seed, "p2", "choice").random(pair_idx.shape)
     p_sbx, r_sbx = th.simulate_in_sandbox(params, A, B, u)  # warm-up of both arms (discarded)
     p_in, r_in = in_process(th, params, A, B, u)
-    t_sbx, t_in = [], []
+    t_sbx, t_in, cpu_sbx = [], [], []
     for r in range(s.p2_reps):
         for arm in (("sbx", "in") if r % 2 == 0 else ("in", "sbx")):
-            t0 = time.perf_counter()
+            c0, t0 = _child_cpu(), time.perf_counter()
             if arm == "sbx":
                 th.simulate_in_sandbox(params, A, B, u)
                 t_sbx.append(time.perf_counter() - t0)
+                cpu_sbx.append(_child_cpu() - c0)
             else:
                 in_process(th, params, A, B, u)
                 t_in.append(time.perf_counter() - t0)
         ctx.progress("P2 batches", r + 1, s.p2_reps)
-    out.update(t_sandbox_s=t_sbx, t_in_process_s=t_in, warm_ratio=ratio_estimate(t_sbx, t_in).to_dict(),
+    out.update(t_sandbox_s=t_sbx, sandbox_child_cpu_s=cpu_sbx, t_in_process_s=t_in, warm_ratio=ratio_estimate(t_sbx, t_in).to_dict(),
                max_abs_dp=float(np.abs(p_sbx - p_in).max()), choices_equal=bool((r_sbx == r_in).all()),
                load_end=load())
     return out
@@ -363,9 +368,10 @@ def p3(s: Setup, ctx: RunContext) -> dict[str, Any]:
 
     n_sim, n_real = 50, 25  # the loop's defaults [C `src/run_config.py`]
     rng = rng_for(s.seed, "p3")
-    cohort = SimulatedCohort(L.wadd(), action_noise=0.25, seed=s.seed)  # hidden GT: WADD at ε_gt = 0.25
-    seeds = (L.ttb(), L.tallying())
-    earlier = (L.ew(), L.dial(), L.rank_decay(), L.logodds_wadd())  # stand-ins for 4 earlier revisions
+    R = s.p3_rating_max
+    cohort = SimulatedCohort(L.dr_wadd(), action_noise=0.25, seed=s.seed)  # hidden GT: DR-WADD at ε_gt = 0.25
+    seeds = (L.ttb(), L.wadd())
+    earlier = (L.ew(), L.dial(), L.rank_decay(), L.satisficing_wadd())  # stand-ins for 4 earlier revisions
     theories = {t.content_id: t for t in seeds + earlier}
     slots = [seeds[0].content_id, seeds[1].content_id]
     obs: list[dict] = []
@@ -389,13 +395,14 @@ def p3(s: Setup, ctx: RunContext) -> dict[str, Any]:
                     n += 1
         return n
 
-    tmpl = templates_for(seeds[0], seeds[1], cardinal=False)
+    tmpl = templates_for(seeds[0], seeds[1], cardinal=R > 1)
     for k in range(s.p3_prior_obs):  # untimed: the pool a round-5 run would have
-        o = add_obs(random_design(rng), tmpl[k % len(tmpl)], 1 + k // 2, 1 + k % 2)
+        o = add_obs(random_design(rng, rating_max=R), tmpl[k % len(tmpl)], 1 + k // 2, 1 + k % 2)
         collect(o)
     backfill()
     load_start = load()
-    advocates = [SearchAdvocate(n_designs=s.p3_n_designs, n_sim=n_sim, n_real=n_real) for _ in range(2)]
+    advocates = [SearchAdvocate(n_designs=s.p3_n_designs, n_sim=n_sim, n_real=n_real, rating_max=R)
+                 for _ in range(2)]
     reviser = ProgramSpaceReviser(n_sim=n_sim, max_candidates=s.p3_max_candidates, rescore_n=s.p3_rescore_n)
     rnd = 1 + s.p3_prior_obs // 2
     c0, t0 = time.process_time(), time.perf_counter()
@@ -424,7 +431,7 @@ def p3(s: Setup, ctx: RunContext) -> dict[str, Any]:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ctx.progress("P3 round", 1, 1)
     n_cand = sum(1 for c in rev.candidates if "content_id" in c)
-    return {"wall_s": wall, "cpu_s": cpu, "proposals_wall_s": t_prop, "revision_wall_s": t_rev,
+    return {"wall_s": wall, "cpu_s": cpu, "rating_max": R, "proposals_wall_s": t_prop, "revision_wall_s": t_rev,
             "n_observations": len(obs), "n_candidates": n_cand, "n_theories": len(theories),
             "backfill_predictions": n_pred, "arbiter_kind": verdict.kind, "revised": rev.theory.name,
             "blas_env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
@@ -454,6 +461,15 @@ def raw_commit_sampler(path: Path) -> Callable[[], float]:
         return time.perf_counter() - t0
 
     return one
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc/<pid>/stat``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
 def p4(s: Setup, ctx: RunContext, work: Path) -> dict[str, Any]:
@@ -499,9 +515,9 @@ def p4(s: Setup, ctx: RunContext, work: Path) -> dict[str, Any]:
                         codes[r.status_code] = codes.get(r.status_code, 0) + 1
                 ctx.progress("P4 latency blocks", blk + 1, s.p4_lat_blocks)
         out["load_mid"] = load()
-        t0 = time.perf_counter()
+        srv0, t0 = proc_cpu_s(proc.pid), time.perf_counter()
         log = run_load(base, thr_toks, s.p4_trials, seed=s.seed, dup_p=0.0, conflict_p=0.0, pace_s=0.0)
-        thr_wall = time.perf_counter() - t0
+        thr_wall, srv_cpu = time.perf_counter() - t0, proc_cpu_s(proc.pid) - srv0
     finally:
         proc.kill()
         proc.wait()
@@ -512,6 +528,7 @@ def p4(s: Setup, ctx: RunContext, work: Path) -> dict[str, Any]:
                raw_p50_ms=percentile_ms(raw_s, 50), raw_p95_ms=percentile_ms(raw_s, 95),
                thr_acked=acked, thr_expected=s.p4_clients * s.p4_trials, thr_last_ack_s=last, thr_wall_s=thr_wall,
                thr_errors=log.errors[:20], thr_put_per_s=acked / last if last > 0 else float("nan"),
+               thr_server_cpu_s=srv_cpu, thr_server_cpu_ms_per_put=1e3 * srv_cpu / acked if acked else float("nan"),
                load_end=load())
     return out
 
@@ -545,6 +562,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
          "p4_raw_p95_ms": Estimate.exact(r4["raw_p95_ms"], n=len(r4["raw_s"])),
          "p4_put_p95_over_raw": Estimate.exact(r4["put_p95_ms"] / r4["raw_p95_ms"]),
          "p4_put_per_s": Estimate.exact(r4["thr_put_per_s"], n=r4["thr_acked"]),
+         "p4_server_cpu_ms_per_put": Estimate.exact(r4["thr_server_cpu_ms_per_put"], n=r4["thr_acked"]),
          "load1_start": Estimate.exact(ctx.data["load_start"][0]),
          "load1_end": Estimate.exact(ctx.data["load_end"][0])}
     for k in P1_RULES:
