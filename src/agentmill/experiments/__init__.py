@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e176_browser",
     "agentmill.experiments.e176_llm",
     "agentmill.experiments.e176_perf",
+    "agentmill.experiments.e176_fixture",
     "agentmill.experiments.e179_markov_gain",
     "agentmill.experiments.e179_calibration",
     "agentmill.experiments.e179_sampling_equality",

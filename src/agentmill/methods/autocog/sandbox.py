@@ -64,9 +64,10 @@ CPU_SOFT, CPU_HARD, WALL = 10, 12, 20
 MEM_BYTES = 1 << 30
 
 
-def check_source(source: str, *, entry: str = "predict") -> ast.Module:
+def check_source(source: str, *, entry: str = "predict", extra_imports: tuple[str, ...] = ()) -> ast.Module:
     """Static policy; raises TheoryCompileError on a syntax error or a missing ``entry`` function (``predict`` for
-    theories, ``metric`` for LLM-written metrics), TheoryRejected on a violation."""
+    theories, ``metric`` for LLM-written metrics), TheoryRejected on a violation. ``extra_imports`` widens the import
+    list for a caller whose child script pre-loads those modules (the repository's pandas metrics, ``frame_metric``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -75,8 +76,9 @@ def check_source(source: str, *, entry: str = "predict") -> ast.Module:
         line = getattr(node, "lineno", None)
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name not in ("numpy", "math"):
-                    raise TheoryRejected(f"import of {a.name!r} is not allowed (numpy, math only)", line)
+                if a.name not in ("numpy", "math") + tuple(extra_imports):
+                    allowed = ", ".join(("numpy", "math") + tuple(extra_imports))
+                    raise TheoryRejected(f"import of {a.name!r} is not allowed ({allowed} only)", line)
         elif isinstance(node, ast.ImportFrom):
             raise TheoryRejected("'from … import' is not allowed", line)
         elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
@@ -101,6 +103,8 @@ import sys, json, math
 import numpy as np
 import numpy.ma  # np.unique & co. import it lazily: loaded before the audit hook bans new imports
 layers = {"unshare_net": False}
+EXTRA_MODULES = globals().get("EXTRA_MODULES", {})  # alias -> module, pre-loaded by a prelude (frame_metric)
+EXTRA_ROOTS = tuple(m.__name__.split(".")[0] for m in EXTRA_MODULES.values())
 try:
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -141,11 +145,11 @@ def _imp(name, globals=None, locals=None, fromlist=(), level=0):
     # numpy's own C code imports already-loaded submodules through the frame's __import__ (ndarray.sum imports
     # numpy._core._methods): allow those; theory source cannot name them (AST policy: numpy/math, no underscores)
     root = name.split(".")[0]
-    if root in ("numpy", "math") and name in sys.modules and level == 0:
+    if root in ("numpy", "math") + EXTRA_ROOTS and name in sys.modules and level == 0:
         return sys.modules[name] if fromlist else sys.modules[root]
     raise ImportError("sandbox: only numpy and math")
 SAFE["__import__"] = _imp
-ns = {"__builtins__": SAFE, "np": np, "math": math}
+ns = {"__builtins__": SAFE, "np": np, "math": math, **EXTRA_MODULES}
 def fail(kind, msg):
     out.write(json.dumps({"ok": False, "kind": kind, "error": msg, "layers": layers})); out.flush(); sys.exit(0)
 try:

@@ -1,0 +1,105 @@
+"""The repository's own metric code, ``def metric(data: pd.DataFrame) -> float``, run in the sandbox (spec autocog
+§6.9 use 3: "each committed metric source, rerun in the sandbox on the vendored rows in file order, equals
+``real_value``").
+
+The authors' metrics take a pandas DataFrame (``iterrows``, ``apply``, ``groupby``, ``loc``), while this project's
+LLM-written metrics get a dict of numpy arrays (``metrics.data_columns``; pandas is not importable there). To run the
+committed sources unchanged, this module prepends a prelude to the ordinary sandbox child that imports pandas and
+exercises the operations those sources use *before* the audit hook freezes ``sys.modules`` (pandas imports some of
+its internals lazily), exposes it as ``pd`` (the sources' annotation ``pd.DataFrame`` is evaluated when the function
+is defined), and allows ``import pandas`` in the static policy. Everything else is the sandbox of ``sandbox.py``:
+AST policy, ``python -I`` child, rlimits, wall watchdog, audit hook. pandas methods that read or write files or
+evaluate strings (``read_*``, ``to_*`` other than ``to_numpy``/``to_list``, ``eval``, ``query``) are refused by the
+static policy here; file opens would also hit the audit hook.
+
+The evaluation follows the repository's ``Metric.__call__`` [C ``src/metric.py``, ``src/observation.py``]: the metric
+runs on a copy of the pooled frame (value), then on each subject's rows of that same (possibly mutated) frame, grouped
+by ``subject_id`` in order of appearance, each a fresh copy (variance = population variance, ddof 0; None if any
+per-subject call fails).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from agentmill.methods.autocog.sandbox import CHILD_PREAMBLE, TheoryRejected, _run_child, check_source
+
+ALLOWED_TO = {"to_numpy", "to_list", "tolist"}
+FORBIDDEN_FRAME_ATTRS = {"eval", "query"}
+
+FRAME_PRELUDE = r'''
+import numpy as np
+import pandas as pd
+# Warm-up: pandas imports parts of itself on first use; do it now, before the audit hook bans new imports.
+_w = pd.DataFrame({"subject_id": [0, 0, 1], "option_a_ratings": [[1, 0], [0, 1], [1, 1]],
+                   "option_b_ratings": [[0, 1], [1, 0], [1, 1]], "response": [0, 1, 0]})
+for _i, _r in _w.iterrows():
+    sum(_r["option_a_ratings"])
+_t = _w["option_a_ratings"].apply(tuple)
+_m = (_t == (1, 0)) & (_w["response"] == 0)
+_w.loc[_m, "response"].mean(); _w[_m]["response"].sum(); _w.loc[_m, "response"].any()
+_w["k"] = _w.apply(lambda r: r["response"] + 1, axis=1)
+for _s, _g in _w.groupby("subject_id", sort=False):
+    _g = _g.copy(); _g["subject_id"] = _s
+_w.groupby("subject_id").apply(lambda g: g["response"].mean()).dropna().mean()
+_w.groupby("subject_id")["response"].mean()
+np.stack(_w["option_a_ratings"].values); np.vstack(_w["option_a_ratings"].values)
+pd.notna(1.0); pd.isna(float("nan")); (_w["response"] == 0).astype(float).values
+np.where(_m, 1 - _w["response"], _w["response"]); np.abs(_w["response"] - 1); np.corrcoef([1., 2., 3.], [1., 0., 2.])
+_w.copy(); len(_w); _w["response"].mean(); _w["response"].apply(lambda x: x).sum()
+import warnings
+warnings.simplefilter("ignore")  # pandas FutureWarnings would walk frames and print to the result pipe's sink
+EXTRA_MODULES = {"pd": pd}
+'''
+
+CHILD_FRAME_METRIC = r'''
+metric = ns.get("metric")
+df = pd.DataFrame.from_records(req["rows"])
+value = variance = error = None
+n_subjects = 0
+try:
+    d = df.copy()
+    v = metric(d)
+    value = float(v)
+    per = []
+    try:
+        for sid, sdf in d.groupby("subject_id", sort=False):
+            sdf = sdf.copy(); sdf["subject_id"] = sid
+            per.append(float(metric(sdf)))
+    except Exception:
+        per = []
+    n_subjects = len(per)
+    variance = float(np.var(per)) if per else None
+except MemoryError:
+    fail("memory", "MemoryError")
+except (PermissionError, ImportError) as e:
+    fail("violation", str(e))
+except Exception as e:
+    error = type(e).__name__ + ": " + str(e)[:200]
+out.write(json.dumps({"ok": True, "value": value, "variance": variance, "n_subjects": n_subjects, "error": error,
+                      "layers": layers})); out.flush()
+'''
+
+
+def check_frame_source(source: str) -> ast.Module:
+    """The sandbox's static policy with ``import pandas`` allowed, plus no pandas file I/O or string evaluation."""
+    tree = check_source(source, entry="metric", extra_imports=("pandas",))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            a = node.attr
+            if a in FORBIDDEN_FRAME_ATTRS or a.startswith("read_") or (a.startswith("to_") and a not in ALLOWED_TO):
+                raise TheoryRejected(f"attribute {a!r} is not allowed in a frame metric", node.lineno)
+    return tree
+
+
+def run_frame_metric(source: str, rows: list[dict]) -> dict:
+    """Run a repository-style ``metric(data: pd.DataFrame)`` on ``rows`` (dicts in file order) in one sandboxed
+    child. Returns {value, variance, n_subjects, error, layers}: ``value`` None with ``error`` when the pooled call
+    raised (a metric failing on real data, pitfall 16). A compile error, a policy violation, a timeout or the memory
+    limit raises the matching ``SandboxError``."""
+    check_frame_source(source)
+    if not rows or "subject_id" not in rows[0]:
+        raise ValueError("run_frame_metric: rows must be non-empty dicts with a 'subject_id'")
+    req = json.dumps({"source": source, "entry": "metric", "rows": rows}).encode()
+    return _run_child(FRAME_PRELUDE + CHILD_PREAMBLE + CHILD_FRAME_METRIC, req)
