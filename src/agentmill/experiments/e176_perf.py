@@ -20,8 +20,9 @@ P3  one programmatic round with 10 observations in the pool: 2 ``SearchAdvocate`
     whole grammar; the reviser's stratified subsample scores ~560 of it, recorded as ``n_candidates``), and the
     post-admission backfill, on the cardinal task (R = 5; the binary grammar holds only 198 candidates) with a hidden
     DR-WADD ground truth (ε_gt = 0.25). The first 8 observations and 6 registered theories (2 slot seeds + 4
-    earlier "revisions") are built untimed. The loop's ledger writes are not part of it. Claimed on this process's CPU seconds (user + sys, every thread: the time on
-    one core, which the training job sharing the machine inflates far less than wall time); wall time beside.
+    earlier "revisions") are built untimed. The loop's ledger writes are not part of it. Claimed on this process's
+    CPU seconds (user + sys, every thread: the time on one core, which the training job sharing the machine inflates
+    far less than wall time); wall time beside.
 P4  trial ``PUT`` latency through the real app (uvicorn in its own process, test mode, loopback, one keep-alive
     client, tokens round-robin so the 20 req/s per-token limit never binds) against a raw SQLite
     ``BEGIN; INSERT; COMMIT`` (WAL, synchronous=FULL) into the store's own ``trials`` table on the same disk,
