@@ -11,7 +11,9 @@ rows). Three checks, all deterministic:
    (``on_missing_real="paper"``, pitfall 16); the project default ("exclude") is reported next to it;
 3. AC-13 — every committed metric source rerun in the sandbox (``frame_metric``: the repository's pandas metrics,
    unchanged) on its vendored rows in file order equals ``real_value`` within 1e-9; the others are listed with a
-   reason. Pre-registered reading: all 20 metrics are deterministic code, so the claim needs every one (share 1.0).
+   reason. Pre-registered reading: all 20 metrics are deterministic code, so the claim needs every one (share 1.0);
+4. AC-2 second half — the vendored seed theory YAMLs (TTB, Tallying, EW, WADD with ``weights`` pinned to 1) run in
+   the sandbox against the vectorised library on AC-2's stimulus sets (threshold 1e-12, spec §7).
 """
 
 from __future__ import annotations
@@ -35,9 +37,15 @@ class Setup:
     """Rerun at most this many metric sources per run (0 = all 10; smoke 2)."""
     fixture_dir: str = ""
     """Fixture folder; empty = the vendored ``tests/fixtures/autocog_human`` of this checkout."""
+    yaml_param_draws: int = 3
+    """AC-2 YAML half: parameter draws (beta, eps) per rule and stimulus set, one sandbox child each."""
+    yaml_n_cardinal: int = 2000
+    """AC-2 YAML half: random cardinal pairs on 0..5 with F = 4 (spec §7 AC-2: 2,000)."""
 
 
-SETUPS = {"smoke": Setup(runs=("binary",), max_obs=2), "quick": Setup(), "full": Setup()}
+SETUPS = {"smoke": Setup(runs=("binary",), max_obs=2, yaml_param_draws=1, yaml_n_cardinal=50),
+          "quick": Setup(), "full": Setup(yaml_param_draws=10)}
+YAML_RULES = ("ttb", "tallying", "ew", "wadd")
 
 CLAIMS = (
     Claim("E176-AC5-fixture", "Scores follow the paper's rule on the authors' own runs: the committed real values and "
@@ -50,7 +58,48 @@ CLAIMS = (
           "of the 20 observations; all 20 metrics are deterministic).",
           "[R] spec §7 AC-13 'all deterministic metrics within 1e-9; others listed', §6.9 use 3", "—",
           "ac13_reproduced_share", ">=", 1.0, judge_on="point"),
+    Claim("E176-AC2-yaml", "The vectorised library equals the repository's own theory code: TTB, Tallying, EW and "
+          "WADD (weights pinned to 1) from the vendored theory YAMLs, run in the sandbox, give the same P(A) "
+          "on all binary pairs (F = 3, 4, 5) and 2,000 random cardinal pairs (max abs diff).",
+          "[R] spec §7 AC-2 (second half, 'where the repository's theory YAMLs are vendored')", "—",
+          "ac2_yaml_max_abs_diff", "<=", 1e-12, judge_on="point"),
 )
+
+
+def yaml_vs_library(root: Path, s: Setup, log: list) -> float:
+    """AC-2 second half: max |P_library(A) - P_yaml(A)| over the stimulus sets of ``e176.library``'s AC-2, with
+    (beta, eps) drawn from the library prior; the YAML ``predict`` runs per trial in the sandbox (``run_batch``)."""
+    import numpy as np
+    import yaml
+
+    from agentmill.core.seeding import rng_for
+    from agentmill.experiments.e176_library import VECTORS, binary_pairs
+    from agentmill.methods.autocog import library as L
+    from agentmill.methods.autocog.sandbox import run_batch
+
+    rng = rng_for(0, "ac2-yaml")
+    sets = [(binary_pairs(len(v)), v, 1) for v in (VECTORS[0], VECTORS[2], VECTORS[4])]
+    A = rng.integers(0, 6, (s.yaml_n_cardinal, 4)).astype(float)
+    B = rng.integers(0, 6, (s.yaml_n_cardinal, 4)).astype(float)
+    sets.append(((A, B), VECTORS[2], 5))
+    worst = 0.0
+    for name in YAML_RULES:
+        source = yaml.safe_load((root / "theories" / f"{name}.yaml").read_text())["predict"]
+        th = L.REGISTRY[name]()
+        for (A, B), v, R in sets:
+            ctx = {"validities": np.asarray(v), "n_features": len(v), "rating_max": R}
+            S = s.yaml_param_draws
+            params = th.params.sample(rng, ctx, S)
+            ours = th.prob_batch(params, np.broadcast_to(A, (S,) + A.shape), np.broadcast_to(B, (S,) + B.shape), ctx)
+            repo_params = {"beta": params["beta"], "epsilon": params["eps"],
+                           "validities": np.broadcast_to(np.asarray(v, float), (S, len(v))),
+                           "weights": np.ones((S, len(v)))}  # spec AC-2: WADD with weights pinned to 1
+            theirs = np.asarray(run_batch(source, np.broadcast_to(A, (S,) + A.shape),
+                                          np.broadcast_to(B, (S,) + B.shape), repo_params)["probs"], float)
+            diff = float(np.max(np.abs(ours - theirs)))
+            log.append({"rule": name, "F": len(v), "R": R, "pairs": len(A), "draws": S, "max_abs_diff": diff})
+            worst = max(worst, diff)
+    return worst
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -75,14 +124,17 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ok = [r for r in rows if r["status"] == "reproduced"]
     diffs = [r["abs_diff"] for r in ok if r.get("abs_diff") is not None]
     var_ok = [r for r in rows if r.get("variance_abs_diff") is not None and r["variance_abs_diff"] <= 1e-9]
-    ctx.data.update({"problems": problems, "replays": replays, "metric_rows": rows})
+    yaml_log: list = []
+    yaml_worst = yaml_vs_library(root, s, yaml_log)
+    ctx.data.update({"problems": problems, "replays": replays, "metric_rows": rows, "yaml_ac2": yaml_log})
     out = {"fixture_integrity_ok": Estimate.exact(float(not problems)),
            "ac5_fixture_labels_matched_share": Estimate.exact(matched / total, n=total),
            "ac5_fixture_max_abs_diff": Estimate.exact(max(r["max_abs_diff"] for r in replays.values())),
            "ac13_reproduced_share": Estimate.exact(len(ok) / len(rows), n=len(rows)),
            "ac13_n_not_reproduced": Estimate.exact(len(rows) - len(ok), n=len(rows)),
            "ac13_max_abs_diff_reproduced": Estimate.exact(max(diffs, default=0.0), n=len(diffs)),
-           "ac13_variance_reproduced_share": Estimate.exact(len(var_ok) / len(rows), n=len(rows))}
+           "ac13_variance_reproduced_share": Estimate.exact(len(var_ok) / len(rows), n=len(rows)),
+           "ac2_yaml_max_abs_diff": Estimate.exact(yaml_worst, n=len(yaml_log))}
     for run, r in replays.items():
         for label, score in r["leaderboard_exclude"]:
             out[f"ac5_{run}_{label}_score_exclude_missing"] = Estimate.exact(score, n=r["n_obs"])
@@ -114,7 +166,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.fixture",
-    title="E176 AutoCog: the authors' human runs replayed (leaderboards, metric values)",
+    title="E176 AutoCog: the authors' human runs and theory code replayed (leaderboards, metric values, YAMLs)",
     paper=PAPER,
     claims=CLAIMS,
     setups=SETUPS,
