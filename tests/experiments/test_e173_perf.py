@@ -15,3 +15,20 @@ def test_perf_smoke(tmp_path) -> None:
     assert m["perf5_onepass_s"].value > 0 and m["perf5_prefix_s"].value > 0
     assert m["perf8_vi_ms"].lo <= m["perf8_vi_ms"].value <= m["perf8_vi_ms"].hi
     assert "perf6_memory_ratio" not in m  # PERF-6 needs the real model; skipped in smoke
+
+
+def test_head_episode_keeps_the_first_actions() -> None:
+    """The warm-up episode is the prefix up to the n-th action, its candidates cut alike; short episodes pass."""
+    import pytest
+
+    from agentmill.experiments.e173_progress_perf import head_episode
+    from agentmill.methods.progress_advantage.scorer import Episode
+
+    ep = Episode(("o1", "a1", "o2", "a2", "o3", "a3"), (False, True, False, True, False, True),
+                 candidates=(("a1",), ("a2", "x"), ("a3",)), end_of_turn="\n")
+    h = head_episode(ep, 2)
+    assert h.segments == ("o1", "a1", "o2", "a2") and h.is_action == (False, True, False, True)
+    assert h.candidates == (("a1",), ("a2", "x")) and h.end_of_turn == "\n"
+    assert head_episode(ep, 3) is ep and head_episode(ep, 5) is ep
+    with pytest.raises(ValueError, match="n_actions"):
+        head_episode(ep, 0)

@@ -147,12 +147,28 @@ def _scripted_pair(s: Setup) -> tuple[Any, Any, list[Any]]:
     return pol, rf, eps
 
 
+def head_episode(ep: Any, n_actions: int) -> Any:
+    """``ep`` cut after its ``n_actions``-th action: a short episode to warm both scorers up with (each prefix of
+    the re-scorer has its own length anyway, so warming up on the full episode only cost another timed repeat)."""
+    import dataclasses
+
+    if n_actions < 1:
+        raise ValueError(f"head_episode: n_actions must be >= 1, got {n_actions}")
+    pos = ep.action_positions
+    if len(pos) <= n_actions:
+        return ep
+    end = pos[n_actions - 1] + 1
+    cands = None if ep.candidates is None else ep.candidates[:n_actions]
+    return dataclasses.replace(ep, segments=ep.segments[:end], is_action=ep.is_action[:end], candidates=cands)
+
+
 def _time_scoring(scorer: Any, eps: list[Any], repeats: int, prefill: Any = None
                   ) -> tuple[list[float], list[float], list[float], float, list]:
     """Per repeat: a plain forward over each episode's tokens on one model (the prefill bound is twice that, so it
     is measured under the same machine load as the scorer), the one-pass scorer, the prefix re-scorer."""
-    scorer.score_many(eps[:1], batch_size=1, _warn=False)  # warm-up
-    scorer.step_scores_prefix_rescoring(eps[0])
+    warm = head_episode(eps[0], 2)
+    scorer.score_many([warm], batch_size=1, _warn=False)  # warm-up (lazy init, allocator), not timed
+    scorer.step_scores_prefix_rescoring(warm)
     one, pre, fill = [], [], []
     diff = 0.0
     scores = []

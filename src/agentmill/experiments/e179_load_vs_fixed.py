@@ -45,8 +45,8 @@ class Setup:
 SETUPS = {
     "smoke": Setup(arms="off,fixed:1,fixed:4", concurrency="1,2", window_s=1.0, warmup_s=0.2, reps=1, max_new=8,
                    prompts=4, drafter="random", model="tiny"),
-    "quick": Setup(arms="off,fixed:1,fixed:7,dspark-async", concurrency="1,4", window_s=20.0, reps=1, max_new=64,
-                   prompts=16, sps_quick=True),
+    "quick": Setup(arms="off,fixed:1,fixed:7,dspark-async", concurrency="1,4", window_s=8.0, warmup_s=2.0, reps=1,
+                   max_new=64, prompts=8, sps_quick=True),
     "full": Setup(),
 }
 
@@ -248,7 +248,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="SmolLM2-135M fp32, 1 thread, engine-direct virtual users vs GPU servers at batch 128; CPU verify "
-               "cost is steep in B so over-verification starts at C ≈ 4; quick: C ∈ {1, 4}, 20 s windows, 1 rep.",
+               "cost is steep in B so over-verification starts at C ≈ 4; quick: C ∈ {1, 4}, 8 s windows after 2 s warm-up, 1 rep, 8 prompts.",
     requires=frozenset({"hf"}),
     plots=plots,
 )

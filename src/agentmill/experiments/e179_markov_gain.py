@@ -54,7 +54,7 @@ SETUPS = {
                    corpus_prompts=16, corpus_max_new=16, eval_prompts=4, eval_max_new=16, eval_batch=4,
                    n_boot=200, model="tiny"),
     # quick evaluates the primary temperature only (the main job's 30-minute budget); full adds T = 0.
-    "quick": Setup(stage0_steps=100, branch_steps=100, eval_prompts=20, eval_max_new=96, n_boot=2000,
+    "quick": Setup(stage0_steps=50, branch_steps=50, eval_prompts=12, eval_max_new=64, n_boot=2000,
                    temperatures="1.0"),
     "full": Setup(),
 }
@@ -237,8 +237,8 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="SmolLM2-135M target (dequantised Q4_1, fp32) vs 4B–14B targets; 2-layer drafter on ~60k generated "
-               "tokens from templated prompts vs 5 layers on 1.3M prompts × 10 epochs; quick trains N = M = 100 "
-               "steps and evaluates 20 held-out prompts.",
+               "tokens from templated prompts vs 5 layers on 1.3M prompts × 10 epochs; quick trains N = M = 50 "
+               "steps and evaluates 12 held-out prompts × 64 tokens.",
     requires=frozenset({"hf"}),
     plots=plots,
 )

@@ -47,7 +47,7 @@ class Setup:
 SETUPS = {
     "smoke": Setup(prompts=2, max_new=12, reps=1, arms="fixed:4,ngram:4,random:fixed:4", hf_prompts=1, n_boot=100,
                    drafter="random", model="tiny"),
-    "quick": Setup(prompts=5, max_new=64, reps=1, arms="dspark-async,fixed:7,fixed:1,ngram:4,random:fixed:7",
+    "quick": Setup(prompts=3, max_new=40, reps=1, arms="dspark-async,fixed:7,fixed:1,ngram:4,random:fixed:7",
                    hf_prompts=3, n_boot=2000, sps_quick=True),
     "full": Setup(),
 }
@@ -276,7 +276,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     scale_note="SmolLM2-135M fp32 on 1 CPU thread (memory-bound ≈ 15–17 tok/s) vs GPU serving of 4B–14B targets; "
                "verify cost rises steeply with block length on CPU (spec §8), so the speedup ceiling is ≈ 4×; quick "
-               "uses 5 prompts × 64 tokens, 1 repetition.",
+               "uses 3 prompts × 40 tokens, 1 repetition.",
     requires=frozenset({"hf"}),
     plots=plots,
 )
