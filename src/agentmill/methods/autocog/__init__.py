@@ -9,7 +9,7 @@ ledgered (hash chain) and resumable. See README.md.
 from agentmill.methods.autocog import library
 from agentmill.methods.autocog.agents.base import Critique, PoolView, Proposal, Revision, Verdict
 from agentmill.methods.autocog.agents.search import LossCritic, ProgramSpaceReviser, RuleArbiter, SearchAdvocate
-from agentmill.methods.autocog.cohorts import HumanCohort, SimulatedCohort
+from agentmill.methods.autocog.cohorts import HumanCohort, ReplayCohort, ReplayObservation, SimulatedCohort
 from agentmill.methods.autocog.config import AutoCogConfig
 from agentmill.methods.autocog.design import Design, random_design
 from agentmill.methods.autocog.classify import Classification, classify
@@ -22,7 +22,8 @@ from agentmill.methods.autocog.metrics import CodeMetric, Estimate, TemplateMetr
 from agentmill.methods.autocog.properties import PropertyResult, check_properties
 from agentmill.methods.autocog.scoring import aggregate_loss, leaderboard, normalized_distances, prospective_scores
 from agentmill.methods.autocog.simulate import Data, expected_choice_props, simulate
-from agentmill.methods.autocog.theory import Bind, Choice, Interval, LibraryTheory, ParamSpace, VectorInterval
+from agentmill.methods.autocog.theory import (Bind, Choice, CodeTheory, Interval, LibraryTheory, ParamSpace,
+                                              VectorInterval, load_theory_yaml, theory_from_repo_record)
 
 __all__ = [
     "library", "REGISTRY", "program", "theory_from_spec", "Bind", "Choice", "Interval", "LibraryTheory",
@@ -32,5 +33,6 @@ __all__ = [
     "Verdict", "ProgramSpaceReviser", "RuleArbiter", "SearchAdvocate", "SimulatedCohort", "HumanCohort",
     "AutoCogConfig", "power_gate", "jsd_gate", "calibrate_jsd_threshold", "jsd", "static_jsd", "sequence_jsd",
     "prospective_scores", "Classification", "classify", "PropertyResult", "check_properties", "CodeMetric",
-    "Critique", "LossCritic",
+    "Critique", "LossCritic", "ReplayCohort", "ReplayObservation", "CodeTheory", "load_theory_yaml",
+    "theory_from_repo_record",
 ]

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -301,3 +302,90 @@ class CodeTheory:
         p = self.params.midpoint(ctx)
         pa = self.prob_batch({k: np.repeat(v, A.shape[0], 0) for k, v in p.items()}, A, B, ctx)
         return np.where(pa > 0.5 + 1e-9, 1, np.where(pa < 0.5 - 1e-9, -1, 0))
+
+
+REPO_FIELDS = {"name": ("name",), "prose": ("theory", "description"), "predict": ("predict", "predict_source"),
+               "policy": ("policy", "policy_source"), "parameters": ("parameters",)}
+"""The repository's theory record (spec §2.2 [C]): YAML keys first, then the keys of ``state.json``'s theory sources
+as the fixture's ``observations.json`` keeps them (``description``, ``predict_source``, ``policy_source``)."""
+
+
+def _policy_kind(source: str) -> Literal["sample", "argmax"]:
+    """Map the repository's ``policy(probabilities)`` source to the project's policy [C §2.2: policies are
+    ``np.random.choice`` on the probabilities or ``argmax``]. Only the called names are read; the code never runs
+    (the project applies the policy itself, with its own seeded uniforms: deviation 8)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise ValueError(f"theory field 'policy': syntax error: {e.msg} (line {e.lineno})") from None
+    called = {(n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""))
+              for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    kinds = {k for k, names in (("argmax", {"argmax"}), ("sample", {"choice", "binomial", "uniform", "rand",
+                                                                   "random"})) if called & names}
+    if len(kinds) != 1:
+        raise ValueError("theory field 'policy': expected an argmax policy (np.argmax) or a sampling policy "
+                         f"(np.random.choice), found calls {sorted(called) or 'none'}")
+    return kinds.pop()
+
+
+def _uses_history(tree: ast.Module) -> bool:
+    """True iff ``predict``'s third argument (the history, whatever it is called) is read in its body."""
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "predict")
+    if len(fn.args.args) < 3:
+        return False
+    hist = fn.args.args[2].arg
+    return any(isinstance(n, ast.Name) and n.id == hist for n in ast.walk(fn))
+
+
+def theory_from_repo_record(record: dict, *, name: str | None = None) -> CodeTheory:
+    """A :class:`CodeTheory` from one repository theory record (YAML or ``state.json`` keys, see ``REPO_FIELDS``).
+    ``parameters`` become a typed :class:`ParamSpace` (``from_repo_strings``: never ``eval``); ``predict`` must pass
+    the sandbox's static policy here, so a source that could never run is refused at load time, not mid-simulation;
+    ``policy`` maps to ``sample``/``argmax``. Bad input raises ValueError naming the field."""
+    from agentmill.methods.autocog.sandbox import SandboxError, check_source
+
+    if not isinstance(record, dict):
+        raise ValueError(f"theory: expected a mapping of fields, got {type(record).__name__}")
+    got: dict[str, Any] = {}
+    for f, keys in REPO_FIELDS.items():
+        val = next((record[k] for k in keys if record.get(k) is not None), None)
+        if f == "name" and val is None:
+            val = name
+        if f != "parameters" and (not isinstance(val, str) or not val.strip()):
+            raise ValueError(f"theory field {keys[0]!r}: missing or not a non-empty string")
+        got[f] = val
+    if not isinstance(got["parameters"], dict) or not got["parameters"]:
+        raise ValueError("theory field 'parameters': expected a non-empty mapping of name -> spec string")
+    try:
+        params = ParamSpace.from_repo_strings({str(k): str(v) for k, v in got["parameters"].items()})
+    except ValueError as e:
+        raise ValueError(f"theory field 'parameters': {e}") from None
+    try:
+        tree = check_source(got["predict"])
+    except SandboxError as e:
+        raise ValueError(f"theory field 'predict': {type(e).__name__}: {e}") from None
+    return CodeTheory(name=name or got["name"].strip(), prose=got["prose"].strip(), source=got["predict"],
+                      params=params, policy=_policy_kind(got["policy"]), history_dependent=_uses_history(tree))
+
+
+def load_theory_yaml(path_or_text: str | Path) -> CodeTheory:
+    """The repository's theory YAML (spec §2.2, §6.9 use 5: ``name``, ``theory``, ``predict``, ``policy``,
+    ``parameters``) as a sandboxed :class:`CodeTheory`. A :class:`~pathlib.Path` (or a string naming an existing
+    ``.yaml``/``.yml`` file) is read; any other string is the YAML text. Parsed with ``yaml.safe_load`` (no tags,
+    no objects). Needs the ``autocog`` extra (pyyaml)."""
+    try:
+        import yaml
+    except ImportError:
+        raise ImportError("load_theory_yaml needs pyyaml: install agentmill[autocog]") from None
+    text = path_or_text
+    if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and "\n" not in path_or_text
+                                          and path_or_text.endswith((".yaml", ".yml"))):
+        p = Path(path_or_text)
+        if not p.is_file():
+            raise ValueError(f"theory YAML {p}: no such file")
+        text = p.read_text()
+    try:
+        record = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"theory YAML: not parseable: {str(e).splitlines()[0]}") from None
+    return theory_from_repo_record(record)
