@@ -11,6 +11,7 @@ are fixed for the study's life.
 """
 
 # no ``from __future__ import annotations``: FastAPI resolves the routes' ``Request`` annotation at definition time
+import asyncio
 import json
 import os
 import secrets
@@ -132,12 +133,13 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
         if s["status"] not in ("in_task", "completed"):
             return JSONResponse({"detail": "consent and instructions first"}, status_code=403)
         b = await _json(request)
-        n = len(json.loads(s["schedule_json"]))
-        acked = store.acked(s["session_id"])
+        n = len(store.schedule(s))
         if b is None or b.get("side_pressed") not in ("L", "R") or not isinstance(b.get("rt_ms"), (int, float)) \
-                or not 0 <= trial_idx < n or trial_idx > (max(acked) if acked else -1) + 8:
+                or not 0 <= trial_idx < n or trial_idx > store.max_acked(s["session_id"]) + 8:
             return JSONResponse({"detail": "bad trial index or body"}, status_code=422)
-        res = store.put_trial(s, trial_idx, b["side_pressed"], b["rt_ms"], b.get("client_ts"))
+        # awaited, not blocking the event loop: other PUTs queue meanwhile and share the next commit's fsync
+        res = await asyncio.wrap_future(store.put_trial_future(s, trial_idx, b["side_pressed"], b["rt_ms"],
+                                                               b.get("client_ts")))
         if res == "conflict":
             return JSONResponse({"status": "conflict"}, status_code=409)
         return {"status": res}

@@ -34,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(db: Path, port: int, *, timeout: float = 20.0) -> subprocess.Popen:
+def start_server(db: Path, port: int, *, timeout: float = 60.0) -> subprocess.Popen:
     """Start the app on 127.0.0.1:``port`` in test mode (own process, so it can be ``kill -9``ed)."""
     import httpx
 

@@ -9,6 +9,11 @@ A trial PUT is ``INSERT … ON CONFLICT DO NOTHING`` followed by a comparison wi
 duplicate (200), different -> conflict (409, the attempt is logged in ``conflicts``; first write wins). Every write
 commits before the response is sent, so an acknowledged trial survives a server kill. Tokens are
 ``secrets.token_urlsafe(16)``; only their SHA-256 is stored.
+
+Connections are long-lived, one per thread (opening one per call cost a second fsync per write, and closing the
+last one a checkpoint). Trial writes go through a ``GroupCommitter`` (``web/group_commit.py``): concurrent PUTs
+share one transaction and one fsync, and each is answered only after that commit, so durability per acknowledged
+trial is unchanged while throughput is no longer capped at 1 / fsync latency (e176.perf P4).
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ import hmac
 import json
 import secrets
 import sqlite3
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
 from agentmill.core.seeding import derive_seed
+from agentmill.methods.autocog.web.group_commit import GroupCommitter
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations(obs_id TEXT PRIMARY KEY, design_json TEXT NOT NULL, design_hash TEXT NOT NULL,
@@ -78,6 +86,9 @@ def build_schedule(design: dict, seed: int, n_catch: int = 4) -> list[dict]:
 class Store:
     def __init__(self, path: str | Path, *, secret: str | None = None) -> None:
         self.path = Path(path)
+        self._local = threading.local()
+        self._writer = GroupCommitter(self._connect)
+        self._schedules: dict[str, list[dict]] = {}
         with self._conn() as c:
             c.executescript(SCHEMA)
             c.execute("INSERT INTO meta VALUES ('hmac_secret', ?) ON CONFLICT DO NOTHING", (secrets.token_hex(32),))
@@ -116,13 +127,28 @@ class Store:
             self._study = self.pinned_study() or validate_study({})
         return self._study
 
-    def _conn(self) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection:
         c = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=FULL")
         c.execute("PRAGMA busy_timeout=5000")
         c.row_factory = sqlite3.Row
         return c
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's long-lived connection (autocommit: each statement outside BEGIN commits durably)."""
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = self._connect()
+        return c
+
+    def close(self) -> None:
+        """Commit queued trial writes, stop the writer thread, close this thread's connection."""
+        self._writer.close()
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
 
     # -- admin ------------------------------------------------------------------------------------------------
     def add_observation(self, obs_id: str, design: dict) -> None:
@@ -174,6 +200,21 @@ class Store:
             return json.loads(c.execute("SELECT design_json FROM observations WHERE obs_id=?",
                                         (obs_id,)).fetchone()["design_json"])
 
+    def schedule(self, sess: dict) -> list[dict]:
+        """The session's parsed schedule (fixed at creation, so parsed once per session and process)."""
+        sid = sess["session_id"]
+        sched = self._schedules.get(sid)
+        if sched is None:
+            if len(self._schedules) >= 4096:
+                self._schedules.clear()
+            sched = self._schedules[sid] = json.loads(sess["schedule_json"])
+        return sched
+
+    def max_acked(self, sid: str) -> int:
+        """Highest stored trial index of the session, -1 when none."""
+        row = self._conn().execute("SELECT MAX(trial_idx) FROM trials WHERE session_id=?", (sid,)).fetchone()
+        return -1 if row[0] is None else int(row[0])
+
     def acked(self, sid: str) -> list[int]:
         with self._conn() as c:
             return [r[0] for r in c.execute("SELECT trial_idx FROM trials WHERE session_id=? ORDER BY trial_idx",
@@ -201,22 +242,19 @@ class Store:
             return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
 
     def put_trial(self, sess: dict, idx: int, side_pressed: str, rt_ms: float, client_ts: float | None) -> str:
-        """'stored' | 'duplicate' | 'conflict'. The response option is derived from the stored side_a."""
-        t = json.loads(sess["schedule_json"])[idx]
+        """'stored' | 'duplicate' | 'conflict', returned once the write is durable. The response option is derived
+        from the stored side_a."""
+        return self.put_trial_future(sess, idx, side_pressed, rt_ms, client_ts).result()
+
+    def put_trial_future(self, sess: dict, idx: int, side_pressed: str, rt_ms: float,
+                         client_ts: float | None) -> Future:
+        """``put_trial`` through the group committer: a Future resolved with its result only after the commit
+        (one fsync, shared with the PUTs queued beside it) that made the trial durable."""
+        t = self.schedule(sess)[idx]
         resp = 0 if side_pressed == t["side_a"] else 1
         row = (sess["session_id"], idx, t["pair_idx"], int(t["is_catch"]), json.dumps(t["a"]), json.dumps(t["b"]),
                t["side_a"], side_pressed, resp, float(rt_ms), client_ts, time.time())
-        with self._conn() as c:
-            cur = c.execute("INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", row)
-            if cur.rowcount == 1:
-                return "stored"
-            old = c.execute("SELECT side_pressed, rt_ms FROM trials WHERE session_id=? AND trial_idx=?",
-                            (sess["session_id"], idx)).fetchone()
-            if old["side_pressed"] == side_pressed and abs(old["rt_ms"] - float(rt_ms)) < 1e-6:
-                return "duplicate"
-            c.execute("INSERT INTO conflicts VALUES (?,?,?,?)", (sess["session_id"], idx, json.dumps(
-                {"side_pressed": side_pressed, "rt_ms": rt_ms}), time.time()))
-            return "conflict"
+        return self._writer.submit(lambda c: _write_trial(c, row, rt_ms))
 
     def event(self, sid: str, event_id: str, kind: str, payload: dict) -> bool:
         with self._conn() as c:
@@ -266,3 +304,18 @@ class Store:
         assert table in ("trials", "conflicts", "events", "sessions", "raw_pids")
         with self._conn() as c:
             return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def _write_trial(c: sqlite3.Connection, row: tuple, rt_ms: float) -> str:
+    """One trial write inside the writer's transaction: first write wins; the same answer again is a duplicate;
+    a different one is logged in ``conflicts`` (with ``rt_ms`` as the client sent it)."""
+    sid, idx, side_pressed = row[0], row[1], row[7]
+    cur = c.execute("INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING", row)
+    if cur.rowcount == 1:
+        return "stored"
+    old = c.execute("SELECT side_pressed, rt_ms FROM trials WHERE session_id=? AND trial_idx=?", (sid, idx)).fetchone()
+    if old["side_pressed"] == side_pressed and abs(old["rt_ms"] - float(rt_ms)) < 1e-6:
+        return "duplicate"
+    c.execute("INSERT INTO conflicts VALUES (?,?,?,?)", (sid, idx, json.dumps(
+        {"side_pressed": side_pressed, "rt_ms": rt_ms}), time.time()))
+    return "conflict"
