@@ -64,6 +64,12 @@ def test_invalid_outputs_fail_g5_and_the_card_says_so(tmp_path) -> None:
     assert (g5.k, g5.n) == (14, 16) and abs(g5.value - 0.875) < 1e-12 and not g5.passed
     assert rep.gate("G6").n == 14 and rep.gate("G1").k == 0
     assert not rep.validated and OrganismCard.load(tmp_path).validated is False
+    # every row is kept beside the card for diagnosis: 4 cells x N, the invalid ones flagged, calls recorded
+    import json
+
+    rows = [json.loads(x) for x in (tmp_path / "validation_rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * N and [r["cell"] for r in rows[::N]] == ["present", "absent", "near_miss", "irrelevant"]
+    assert sum(r["invalid_action"] for r in rows) == 2 and all("tool_calls" in r for r in rows)
 
 
 def test_instinct_card_gates_hard_absent_separately(tmp_path) -> None:

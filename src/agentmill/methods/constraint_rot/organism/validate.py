@@ -20,11 +20,13 @@ trained on exactly that decision.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agentmill.core.records import write_text_atomic
 from agentmill.core.types import ToolCall
 from agentmill.envs.office import OfficeSandbox
 from agentmill.methods.constraint_rot.catalogue import Catalogue, RuleInstance, instantiate
@@ -167,5 +169,17 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
                               n_per_cell < FULL_N, prereg.sha256, card.instinct,
                               {c: [r for _, r in v] for c, v in rows.items()})
     card.validation, card.validated = report.to_dict(), report.validated
+    save_rows(adapter_dir, report.rows)
     card.save(adapter_dir)
     return report
+
+
+ROWS_FILE = "validation_rows.jsonl"
+
+
+def save_rows(adapter_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> Path:
+    """Every validation row (cell, episode, the organism's tool calls, the grader's outcome) beside the card, so a
+    failed gate can be diagnosed without decoding the 240 episodes again. Written atomically; replaced by the
+    next validation of the same adapter, like the card's validation slot."""
+    lines = [json.dumps({"cell": cell, **row}, sort_keys=True, default=str) for cell, rs in rows.items() for row in rs]
+    return write_text_atomic(Path(adapter_dir) / ROWS_FILE, "".join(line + "\n" for line in lines))
