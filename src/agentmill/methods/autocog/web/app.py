@@ -2,7 +2,7 @@
 
 Hardening: CSP ``default-src 'self'``, ``nosniff``, no CORS, bodies > 16 KB -> 413, per-token rate limit
 (20 requests/s), parameterised SQL only, unknown/expired token -> one identical 404 body, trial before consent ->
-403, bad index/body -> 422, conflicting duplicate -> 409, ``complete`` before all trials -> 409, admin without its
+403, bad index/body or ``rt_ms`` below the study's ``min_rt_ms`` -> 422, conflicting duplicate -> 409, ``complete`` before all trials -> 409, admin without its
 bearer token -> 401. No token, PID or IP is logged. ``test_mode`` (loopback only) adds fault injection.
 
 The study config (``web/study.py``) comes from the database it is pinned in; ``serve`` pins the ``--study`` YAML
@@ -126,7 +126,8 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
                 "consent_version": study["consent_version"], "instructions": study["instructions"],
                 "keys": study["keys"], "validities": design["validities"], "rating_max": design["rating_max"],
                 "schedule": [{k: t[k] for k in ("trial_idx", "a", "b", "side_a")} for t in sched],
-                "acked": store.acked(s["session_id"]), "completion_code": s["completion_code"]}
+                "acked": store.acked(s["session_id"]), "completion_code": s["completion_code"],
+                "quiz": study["quiz"], "min_rt_ms": study["min_rt_ms"]}
 
     @app.post("/api/s/{token}/consent")
     async def consent(token: str, request: Request):
@@ -137,7 +138,8 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
         if b is None or not isinstance(b.get("agree"), bool):
             return JSONResponse({"detail": "agree (bool) required"}, status_code=422)
         status = store.consent(s["session_id"], b["agree"], str(b.get("consent_version", "")),
-                               str(b.get("honeypot", ""))[:200], b.get("pid"))
+                               str(b.get("honeypot", ""))[:200], _ref(b.get("pid")), _ref(b.get("study_ref")),
+                               _ref(b.get("session_ref")))
         return {"status": status}
 
     @app.post("/api/s/{token}/quiz")
@@ -147,6 +149,8 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
             return JSONResponse(NOT_FOUND, status_code=404)
         if s["status"] not in ("consented", "in_task"):
             return JSONResponse({"detail": "consent first"}, status_code=403)
+        if not study["quiz"]:  # ``quiz: false``: the server, not the client, decides that the quiz is skipped
+            return {"status": store.skip_quiz(s["session_id"]), "correct": None}
         b = await _json(request) or {}
         v = store.design(s["obs_id"])["validities"]
         correct = b.get("best_expert") == int(max(range(len(v)), key=lambda i: v[i])) and \
@@ -165,6 +169,9 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
         if b is None or b.get("side_pressed") not in ("L", "R") or not isinstance(b.get("rt_ms"), (int, float)) \
                 or not 0 <= trial_idx < n or trial_idx > store.max_acked(s["session_id"]) + 8:
             return JSONResponse({"detail": "bad trial index or body"}, status_code=422)
+        if b["rt_ms"] < study["min_rt_ms"]:  # the client never sends these (its buttons wait min_rt_ms)
+            return JSONResponse({"detail": f"rt_ms below the study's min_rt_ms ({study['min_rt_ms']})"},
+                                status_code=422)
         # awaited, not blocking the event loop: other PUTs queue meanwhile and share the next commit's fsync
         res = await asyncio.wrap_future(store.put_trial_future(s, trial_idx, b["side_pressed"], b["rt_ms"],
                                                                b.get("client_ts")))
@@ -251,6 +258,12 @@ def create_app(store, study: dict | None = None, *, test_mode: bool = False, adm
             return app.state.faults
 
     return app
+
+
+def _ref(v) -> str | None:
+    """A recruiter URL parameter (PROLIFIC_PID / STUDY_ID / SESSION_ID) as sent by the client: a non-empty string
+    (cut to 200 characters), else None."""
+    return v[:200] if isinstance(v, str) and v else None
 
 
 def serve(*, db: str, study: str | None = None, host: str = "127.0.0.1", port: int = 8765,

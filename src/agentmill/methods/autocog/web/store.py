@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS observations(obs_id TEXT PRIMARY KEY, design_json TEX
 CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, token_sha256 TEXT UNIQUE NOT NULL, obs_id TEXT NOT NULL,
   schedule_json TEXT NOT NULL, status TEXT NOT NULL, created REAL, consented REAL, completed REAL,
   consent_version TEXT, pid_hmac TEXT, refresh_count INTEGER DEFAULT 0, focus_loss_count INTEGER DEFAULT 0,
-  blur_ms INTEGER DEFAULT 0, honeypot TEXT, quiz_attempts INTEGER DEFAULT 0, completion_code TEXT);
+  blur_ms INTEGER DEFAULT 0, honeypot TEXT, quiz_attempts INTEGER DEFAULT 0, completion_code TEXT,
+  study_ref_hmac TEXT, session_ref_hmac TEXT);
 CREATE TABLE IF NOT EXISTS trials(session_id TEXT NOT NULL, trial_idx INTEGER NOT NULL, pair_idx INTEGER NOT NULL,
   is_catch INTEGER NOT NULL, a_json TEXT NOT NULL, b_json TEXT NOT NULL, side_a TEXT NOT NULL, side_pressed TEXT NOT NULL,
   response_option INTEGER NOT NULL, rt_ms REAL NOT NULL, client_ts REAL, server_ts REAL NOT NULL,
@@ -91,6 +92,10 @@ class Store:
         self._schedules: dict[str, list[dict]] = {}
         with self._conn() as c:
             c.executescript(SCHEMA)
+            have = {r[1] for r in c.execute("PRAGMA table_info(sessions)")}
+            for col in ("study_ref_hmac", "session_ref_hmac"):  # databases created before these columns
+                if col not in have:
+                    c.execute(f"ALTER TABLE sessions ADD COLUMN {col} TEXT")
             c.execute("INSERT INTO meta VALUES ('hmac_secret', ?) ON CONFLICT DO NOTHING", (secrets.token_hex(32),))
             stored = c.execute("SELECT value FROM meta WHERE key='hmac_secret'").fetchone()[0]
         self.secret = (secret or stored).encode()
@@ -220,13 +225,22 @@ class Store:
             return [r[0] for r in c.execute("SELECT trial_idx FROM trials WHERE session_id=? ORDER BY trial_idx",
                                             (sid,))]
 
-    def consent(self, sid: str, agree: bool, version: str, honeypot: str, pid: str | None) -> str:
+    def _hmac(self, value: str | None) -> str | None:
+        """HMAC-SHA256 of a participant-side ID under the per-study secret (None for a missing ID)."""
+        return hmac.new(self.secret, value.encode(), hashlib.sha256).hexdigest() if value else None
+
+    def consent(self, sid: str, agree: bool, version: str, honeypot: str, pid: str | None,
+                study_ref: str | None = None, session_ref: str | None = None) -> str:
+        """Record consent (or decline). ``pid``, ``study_ref``, ``session_ref``: the recruiter's ``PROLIFIC_PID``,
+        ``STUDY_ID`` and ``SESSION_ID`` URL parameters, stored only as per-study HMACs (the first one given wins);
+        the raw PID additionally, in ``raw_pids``, under ``store_raw_pid: true``."""
         status = "consented" if agree else "declined"
-        pid_h = hmac.new(self.secret, pid.encode(), hashlib.sha256).hexdigest() if pid else None
         with self._conn() as c:
             c.execute("UPDATE sessions SET status=CASE WHEN status='new' THEN ? ELSE status END, consented=?, "
-                      "consent_version=?, honeypot=?, pid_hmac=COALESCE(pid_hmac, ?) WHERE session_id=?",
-                      (status, time.time(), version, honeypot or "", pid_h, sid))
+                      "consent_version=?, honeypot=?, pid_hmac=COALESCE(pid_hmac, ?), "
+                      "study_ref_hmac=COALESCE(study_ref_hmac, ?), session_ref_hmac=COALESCE(session_ref_hmac, ?) "
+                      "WHERE session_id=?", (status, time.time(), version, honeypot or "", self._hmac(pid),
+                                             self._hmac(study_ref), self._hmac(session_ref), sid))
             if pid and self.study()["store_raw_pid"]:  # separate table; default exports never read it
                 c.execute("INSERT INTO raw_pids VALUES (?,?) ON CONFLICT DO NOTHING", (sid, pid[:200]))
             return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
@@ -239,6 +253,12 @@ class Store:
                 c.execute("UPDATE sessions SET status='in_task' WHERE session_id=? AND status='consented'", (sid,))
             elif n >= 2:
                 c.execute("UPDATE sessions SET status='failed_quiz' WHERE session_id=?", (sid,))
+            return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+
+    def skip_quiz(self, sid: str) -> str:
+        """A study with ``quiz: false``: a consented session goes straight to the task (no attempt counted)."""
+        with self._conn() as c:
+            c.execute("UPDATE sessions SET status='in_task' WHERE session_id=? AND status='consented'", (sid,))
             return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
 
     def put_trial(self, sess: dict, idx: int, side_pressed: str, rt_ms: float, client_ts: float | None) -> str:

@@ -8,7 +8,8 @@
   const OUTBOX = "autocog-outbox-" + token;
   const pageLoadId = Math.random().toString(36).slice(2);
   let boot = null, current = -1, shownAt = 0, answered = new Set(), acked = new Set(), listening = false;
-  let blurStart = null, flushing = false;
+  let blurStart = null, flushing = false, enableTimer = null;
+  const params = new URLSearchParams(location.search);
 
   const $ = (id) => document.getElementById(id);
   function show(name) {
@@ -80,9 +81,14 @@
     renderRatings($("ratings-L"), left); renderRatings($("ratings-R"), right);
     $("screen-trial").dataset.trial = String(current);
     show("trial"); shownAt = performance.now(); listening = true;
+    // min_rt_ms: the buttons stay disabled (and keys are ignored) until the minimum response time has passed
+    setButtons(boot.min_rt_ms <= 0);
+    clearTimeout(enableTimer);
+    if (boot.min_rt_ms > 0) enableTimer = setTimeout(() => setButtons(true), boot.min_rt_ms);
   }
+  function setButtons(on) { $("btn-L").disabled = !on; $("btn-R").disabled = !on; }
   function respond(side) {
-    if (!listening) return;
+    if (!listening || performance.now() - shownAt < boot.min_rt_ms) return;
     listening = false;  // detach on the first response: double presses are ignored
     const idx = current;
     const item = { side_pressed: side, rt_ms: Math.round(performance.now() - shownAt), client_ts: Date.now(),
@@ -107,7 +113,11 @@
       if (Object.keys(outbox()).length === 0) {
         const r = await post("/complete");
         if (r.ok) { const j = await r.json(); $("completion-code").textContent = j.completion_code;
-          $("done-msg").textContent = "All answers saved."; return; }
+          $("done-msg").textContent = "All answers saved.";
+          // completion_url (validated http(s) by the server's study config): go back to the recruiter
+          if (j.completion_url) { $("done-msg").textContent = "All answers saved. Redirecting…";
+            location.assign(j.completion_url); }
+          return; }
       }
       await sleep(Math.min(8000, 250 * Math.pow(2, k)));
     }
@@ -155,14 +165,20 @@
   }
   $("btn-agree").addEventListener("click", async () => {
     const r = await post("/consent", { agree: true, consent_version: boot.consent_version,
-      honeypot: $("honeypot").value, pid: new URLSearchParams(location.search).get("PROLIFIC_PID") });
+      honeypot: $("honeypot").value, pid: params.get("PROLIFIC_PID"), study_ref: params.get("STUDY_ID"),
+      session_ref: params.get("SESSION_ID") });
     if (r.ok) show("instructions");
   });
   $("btn-decline").addEventListener("click", async () => {
     await post("/consent", { agree: false, consent_version: boot.consent_version, honeypot: "" });
     show("end"); $("end-msg").textContent = "Thank you. The session has ended.";
   });
-  $("btn-instructions").addEventListener("click", () => show("quiz"));
+  $("btn-instructions").addEventListener("click", async () => {
+    if (boot.quiz) { show("quiz"); return; }
+    // quiz: false — the server moves the session to the task without a quiz (it ignores the answers)
+    const j = await (await post("/quiz", {})).json();
+    if (j.status === "in_task") showTrial();
+  });
   $("btn-quiz").addEventListener("click", async () => {
     const r = await post("/quiz", { best_expert: Number($("quiz-expert").value), left_key: $("quiz-key").value });
     const j = await r.json();
