@@ -105,6 +105,12 @@ class Setup:
     """Distractor length range (the organism grid's)."""
     max_length: int = organism.SETUPS["full"].max_length
     """Organism training max length (part of the adapter address)."""
+    lr: float = organism.SETUPS["full"].lr
+    """Organism recipe (part of the adapter address; ``organism/cache.Recipe``): learning rate,"""
+    history_weight: float = organism.SETUPS["full"].history_weight
+    """… weight of the loss on past tool-call turns,"""
+    train_dtype: str = organism.SETUPS["full"].train_dtype
+    """… and training dtype."""
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
     dtype: str = "fp32"
@@ -126,7 +132,8 @@ def _org(profile: str, **kw: Any) -> dict[str, Any]:
     """The adapter-address fields of the organism experiment's ``profile`` setup (plus its validation cell size)."""
     o = organism.SETUPS[profile]
     return {"n_train": o.n_train, "n_per_cell": o.n_per_cell, "data_seed": o.data_seed, "base": o.base,
-            "dtype": o.dtype, "max_length": o.max_length, **kw}
+            "dtype": o.dtype, "max_length": o.max_length, "lr": o.lr, "history_weight": o.history_weight,
+            "train_dtype": o.train_dtype, **kw}
 
 
 SETUPS = {
@@ -220,6 +227,7 @@ def organism_setup(s: Setup) -> organism.Setup:
     ``plan_report`` read), so both experiments address the same adapter."""
     return dataclasses.replace(organism.SETUPS["full"], n_train=s.n_train, n_per_cell=s.n_per_cell,
                                data_seed=s.data_seed, base=s.base, dtype=s.dtype, max_length=s.max_length,
+                               lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype,
                                shared_cache=s.shared_cache, plan_only=s.plan_only)
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,15 +116,23 @@ def run_case(name: str, static_limit_s: float = 0.0) -> dict[str, Any]:
         raise ValueError(f"unknown AC-11 case {name!r}; known: {', '.join(CASES)}")
     source, expected, layer = CASES[name]
     limit = static_limit_s if layer == "static" else float(sandbox.WALL)
-    tmp_before, cwd, fds = set(glob.glob("/tmp/autocog-sbx-*")), os.getcwd(), _fds()
-    t0 = time.monotonic()
+    cwd, fds = os.getcwd(), _fds()
+    # The sandbox's temp cwd is made under a private root for this case, so another process's sandboxes in /tmp
+    # (a parallel experiment, a test run) can neither hide nor fake a leftover.
+    root, saved = tempfile.mkdtemp(prefix="ac11-case-"), tempfile.tempdir
+    tempfile.tempdir = root
     try:
-        sandbox.run_batch(source, A, B, {})
-        got, msg = "no error", ""
-    except Exception as e:  # noqa: BLE001 - the class is the measurement
-        got, msg = type(e).__name__, str(e)[:160]
-    elapsed = time.monotonic() - t0
-    left = sorted(set(glob.glob("/tmp/autocog-sbx-*")) - tmp_before) + _sentinels()
+        t0 = time.monotonic()
+        try:
+            sandbox.run_batch(source, A, B, {})
+            got, msg = "no error", ""
+        except Exception as e:  # noqa: BLE001 - the class is the measurement
+            got, msg = type(e).__name__, str(e)[:160]
+        elapsed = time.monotonic() - t0
+    finally:
+        tempfile.tempdir = saved
+    left = sorted(glob.glob(os.path.join(root, "*"))) + _sentinels()
+    shutil.rmtree(root, ignore_errors=True)
     probs = sandbox.run_batch(GOOD, A, B, {})["probs"]
     parent_ok = os.getcwd() == cwd and _fds() == fds and probs == [[0.8, 0.2]]
     ok = got == expected and elapsed <= limit + 1.0 and not left and parent_ok
