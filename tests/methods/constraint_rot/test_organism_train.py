@@ -233,3 +233,46 @@ def test_recipe_v1_keeps_its_address_and_v2_differs() -> None:
     assert v2.hyper()["history_weight"] == 1.0 and v2.hyper()["lr"] == 1e-3
     with pytest.raises(ValueError, match="history_weight"):
         Recipe(history_weight=-0.5)
+
+
+# -- checkpoints: a killed training resumes where it stopped ---------------------------------------------------------
+class Killed(Exception):
+    pass
+
+
+def test_killed_training_resumes_bit_identically(tmp_path) -> None:
+    from agentmill.methods.constraint_rot.organism.train import checkpoint_path
+
+    kw = {"lr": 1e-2, "micro_batch": 2, "grad_accum": 1}
+    whole = train_organism(examples(8), out_dir=tmp_path / "whole", base=tiny_base(), **kw)
+
+    def die_after_2(p):  # type: ignore[no-untyped-def]
+        if p["step"] == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_organism(examples(8), out_dir=tmp_path / "org", base=tiny_base(), progress=die_after_2, **kw)
+    assert checkpoint_path(tmp_path / "org").exists() and not (tmp_path / "org").exists()
+    seen = []
+    resumed = train_organism(examples(8), out_dir=tmp_path / "org", base=tiny_base(),
+                             progress=lambda p: seen.append(p["step"]), **kw)
+    assert seen == [3, 4]                                   # only the steps the killed run had not finished
+    assert resumed.training["losses"] == whole.training["losses"]
+    assert resumed.training["tokens"] == whole.training["tokens"]
+    from safetensors.torch import load_file
+    a, b = load_file(tmp_path / "whole" / "adapter_model.safetensors"), load_file(
+        tmp_path / "org" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not checkpoint_path(tmp_path / "org").exists()   # removed once the adapter is whole
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path) -> None:
+    def die(p):  # type: ignore[no-untyped-def]
+        raise Killed
+
+    with pytest.raises(Killed):
+        train_organism(examples(8), out_dir=tmp_path / "org", base=tiny_base(), progress=die, lr=1e-2,
+                       micro_batch=2, grad_accum=1)
+    with pytest.raises(ValueError, match="different training run"):
+        train_organism(examples(8), out_dir=tmp_path / "org", base=tiny_base(), lr=5e-3, micro_batch=2,
+                       grad_accum=1)
