@@ -45,10 +45,34 @@ def test_compression_smoke(tmp_path: Path) -> None:
         s = c["survival"]
         assert all(b <= a for a, b in zip(s, s[1:]))
     assert m["cr5_max_rise"].value <= 0.0
-    # the A2 note is obeyed by the note-following summariser: it drops at least as often as the clean context
-    assert m["dr_attack_note_following"].value >= m["dr_clean_note_following"].value
-    assert ctx.data["cr8"]["cases"] >= 1
-    assert len(exp.plots(ctx.data, tmp_path)) == 2
+    cr8 = ctx.data["cr8"]
+    assert cr8["cases"] >= 1 and cr8["dev_cases"] >= 1
+    # the note-following summariser obeys a note: the fixed A2 probe drops at least as often as the clean context
+    assert m["dr_fixed_note_following"].value >= m["dr_clean_note_following"].value
+    # the extractive ratio comes from the dev grid, and the chosen attacks are frozen records of the A1–A6 search
+    assert cr8["extractive_ratio"] in {float(r) for r in cr8["extractive_tuning"]}
+    for t, row in cr8["targets"].items():
+        assert row["template"] in {"A1", "A2", "A3", "A4", "A5", "A6"}
+        assert row["optimised_attack"]["n_dev"] == cr8["dev_cases"]
+        # the transfer matrix's own-target cell is the judged drop rate
+        assert cr8["transfer"][f"optimised:{t}"][t] == pytest.approx(row["attack"])
+        assert cr8["transfer"]["fixed:A2"][t] == pytest.approx(row["fixed"])
+        assert cr8["transfer_clean"][t] == pytest.approx(row["clean"])
+    # CR-8d: a rule-reading actor under pinning ignores the eviction
+    assert m["v_pinned_attack_max"].value == 0.0
+    assert set(ctx.data["cr8d"]) == {"note_following", "extractive_ca"}
+    assert len(exp.plots(ctx.data, tmp_path)) == 3
+
+
+def test_compression_ratio_tuning_rule() -> None:
+    from agentmill.experiments.e164_constraint_rot_compression import tightest_ratio
+
+    surv = {0.05: 0.70, 0.1: 0.91, 0.25: 0.89, 0.5: 0.97}
+    assert tightest_ratio(surv, 0.90) == 0.1  # the tightest ratio that keeps 90 %, even past a dip
+    assert tightest_ratio(surv, 0.95) == 0.5
+    assert tightest_ratio(surv, 0.99) == 0.5  # nothing reaches it: the loosest ratio
+    with pytest.raises(ValueError):
+        tightest_ratio({}, 0.9)
 
 
 def test_claims_come_from_prereg() -> None:

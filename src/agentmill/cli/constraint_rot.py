@@ -911,28 +911,10 @@ def dev_cases(episodes: list[Any], counter: Any, keep_last: int) -> tuple[list[A
     """The optimiser's dev cases: each episode run (``AlwaysComply``, no compaction) to its compaction point; the
     payload goes into the last distractor tool output outside the kept tail. (cases, episodes without one)."""
     from agentmill.envs.office import OfficeSandbox
-    from agentmill.experiments.e164_constraint_rot_compression import _attack_index, _Recorder
-    from agentmill.methods.constraint_rot import conditions as C
-    from agentmill.methods.constraint_rot.actors import AlwaysComply
-    from agentmill.methods.constraint_rot.attacks import DevCase
-    from agentmill.methods.constraint_rot.loop import AgentLoop, ContextBudget
+    from agentmill.methods.constraint_rot.attacks.cases import attack_cases, compaction_points
 
-    cases, skipped = [], 0
-    rec = _Recorder()
     with OfficeSandbox(0) as sb:
-        loop = AgentLoop(AlwaysComply(), sb, counter=counter, budget=ContextBudget(keep_last=keep_last))
-        for e in episodes:
-            row = loop.run(e, C.compacted(rec)).row
-            if row["error"] is not None:
-                raise RuntimeError(f"episode {e.episode_id}: {row['error']}")
-            idx = _attack_index(rec.seen, keep_last)
-            if idx is None:
-                skipped += 1
-                continue
-            inst = e.instance
-            cases.append(DevCase(tuple(rec.seen), idx, inst.text, {"values": inst.matcher_values},
-                                 inst.matcher_cues, keep_last=keep_last, rule_id=f"{e.family}|{e.episode_id}"))
-    return cases, skipped
+        return attack_cases(compaction_points(sb, episodes, counter, keep_last), keep_last)
 
 
 def cmd_attack_optimise(args: argparse.Namespace) -> int:

@@ -92,14 +92,17 @@ def office() -> Iterator[Any]:
 
 
 def episodes(sb: Any, counter: Any, n: int, seed: int, distractor_tokens: Sequence[int], *,
-             locations: Sequence[str] | None = None, allowed_share: float = 0.0) -> list[Any]:
+             locations: Sequence[str] | None = None, allowed_share: float = 0.0, split: str = "test_iid",
+             attack: Any = None) -> list[Any]:
+    """``n`` replayed episodes of ``split`` over every location (default) with distractors in
+    ``distractor_tokens``; ``attack`` (an ``AttackSpec``) plants one attacker-controlled tool output in each."""
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
 
     lo, hi = (int(x) for x in distractor_tokens)
-    return generate_episodes(load_catalogue(), split="test_iid", n=n, seed=seed, counter=counter,
+    return generate_episodes(load_catalogue(), split=split, n=n, seed=seed, counter=counter,
                              locations=tuple(locations or LOCATIONS), distractor_tokens=(lo, hi),
-                             allowed_share=allowed_share, sandbox=sb)
+                             allowed_share=allowed_share, attack=attack, sandbox=sb)
 
 
 def prereg_claim(criterion_id: str, statement: str, metric: str, *, paper_value: str = "—",
