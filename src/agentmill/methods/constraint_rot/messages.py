@@ -39,9 +39,13 @@ def strip_zero_width(text: str) -> str:
     return text.translate(_ZW_TABLE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalise(text: str) -> str:
     """Spec §2.6 step 1: NFKC, zero-width characters stripped, lower-case, whitespace collapsed; contractions are
-    expanded (``don't`` → ``do not``) so that the cue ``not`` catches them."""
+    expanded (``don't`` → ``do not``) so that the cue ``not`` catches them.
+
+    Memoised: compactors and the survival classifier normalise the same sentences and cue words thousands of
+    times per experiment (the attack optimiser re-compacts every dev context per candidate)."""
     t = strip_zero_width(unicodedata.normalize("NFKC", text)).lower()
     for pat, rep in _CONTRACTIONS:
         t = pat.sub(rep, t)
