@@ -2,7 +2,7 @@
 
     agentmill list
     agentmill run <id> [--profile quick] [--set key=value ...] [--model SPEC] [--executor serial|process|ray]
-    agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh]
+    agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh] [--jobs N]
     agentmill report [--profile quick]
 
 Exit codes: 0 success, 1 an experiment failed, 2 bad input (unknown id, bad --set, bad model spec).
@@ -11,6 +11,7 @@ Exit codes: 0 success, 1 an experiment failed, 2 bad input (unknown id, bad --se
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -125,6 +126,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if rec.status == "ok" else 1
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from agentmill.experiments import get, registry
     from agentmill.experiments.runner import run_suite
@@ -144,7 +155,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         records = run_suite(exps, profile=args.profile, model=args.model, executor=args.executor,
                             runs_dir=args.runs_dir, progress_factory=_progress_factory(progress),
-                            resume=not args.fresh, on_done=done)
+                            resume=not args.fresh, on_done=done, jobs=args.jobs)
     for exp, rec in zip(exps, records):
         console.print(f"[bold]{exp.id}[/]")
         _print_record(console, exp, rec)
@@ -197,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("reproduce", help="run every experiment and write the report (the main job)")
     sp.add_argument("--only", nargs="+", metavar="ID", help="run only these experiment ids")
     sp.add_argument("--report-dir", default="report")
+    sp.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+                    help="run up to N single-core experiments side by side (those with no timing claim); model and "
+                         "timing experiments always run alone (default: the number of CPUs)")
     common(sp)
     sp.set_defaults(fn=cmd_reproduce)
 

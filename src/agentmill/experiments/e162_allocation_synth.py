@@ -116,6 +116,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.allocation_synth",
+    parallel_safe=True,
     title="E162 budget allocation across prompts (ABA-lite vs uniform, synthetic)",
     paper=PAPER,
     claims=CLAIMS,

@@ -201,6 +201,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.collapse_law",
+    parallel_safe=True,
     title="E162 collapse law: closed form, budget vs hardness, the empty-lake plateau",
     paper=PAPER,
     claims=CLAIMS,

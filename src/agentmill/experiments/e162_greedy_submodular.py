@@ -154,6 +154,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.greedy_submodular",
+    parallel_safe=True,
     title="E162 the expansion objective is submodular; greedy ≥ 1 − 1/e",
     paper=PAPER,
     claims=CLAIMS,

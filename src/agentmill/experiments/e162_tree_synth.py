@@ -284,6 +284,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.tree_synth",
+    parallel_safe=True,
     title="E162 tree rollouts vs independent sampling (synthetic chain model)",
     paper=PAPER,
     claims=CLAIMS,

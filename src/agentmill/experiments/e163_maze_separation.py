@@ -364,6 +364,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e163.maze_separation",
+    parallel_safe=True,
     title="E163 maze: SFT never learns to backtrack, RLVR reaches the optimum (exponential separation)",
     paper=PAPER,
     claims=CLAIMS,

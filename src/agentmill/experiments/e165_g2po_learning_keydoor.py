@@ -246,6 +246,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_keydoor",
+    parallel_safe=True,
     title="E165 G-5/G-6: learning KeyDoor with GRPO, GiGPO and G2PO-style advantages at equal samples",
     paper=PAPER,
     claims=CLAIMS,

@@ -107,6 +107,7 @@ def plots(data: dict[str, Any], out: Any) -> list:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_textworld",
+    parallel_safe=True,
     title="E165 G-7: learning TextWorld games with GRPO, GiGPO and G2PO-style advantages at equal samples",
     paper=PAPER,
     claims=CLAIMS,

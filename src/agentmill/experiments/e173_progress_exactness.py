@@ -189,6 +189,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_exactness",
+    parallel_safe=True,
     title="E173 P-1: β·log(π*/π_ref) = A* on random KL-regularised MDPs solved exactly",
     paper=PAPER,
     claims=CLAIMS,

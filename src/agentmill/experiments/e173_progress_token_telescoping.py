@@ -113,6 +113,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_token_telescoping",
+    parallel_safe=True,
     title="E173 P-3: token log-ratios telescope to the step advantage",
     paper=PAPER,
     claims=CLAIMS,

@@ -166,6 +166,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.fixture",
+    parallel_safe=True,
     title="E176 AutoCog: the authors' human runs and theory code replayed (leaderboards, metric values, YAMLs)",
     paper=PAPER,
     claims=CLAIMS,

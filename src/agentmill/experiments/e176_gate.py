@@ -148,6 +148,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.gate",
+    parallel_safe=True,
     title="E176 AutoCog: the discrimination gate is calibrated and its designs are decisive",
     paper=PAPER,
     claims=CLAIMS,

@@ -247,6 +247,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.library",
+    parallel_safe=True,
     title="E176 AutoCog: one weighting dial, DR-WADD nesting, and the library's reference semantics",
     paper=PAPER,
     claims=CLAIMS,

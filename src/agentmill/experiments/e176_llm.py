@@ -202,6 +202,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.llm",
+    parallel_safe=True,
     title="E176 AutoCog: LLM roles end to end over a loopback OpenAI-compatible stub",
     paper=PAPER,
     claims=CLAIMS,

@@ -289,6 +289,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.recovery",
+    parallel_safe=True,
     title="E176 AutoCog: the loop recovers hidden ground-truth decision theories",
     paper=PAPER,
     claims=CLAIMS,

@@ -105,6 +105,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.scoring",
+    parallel_safe=True,
     title="E176 AutoCog: scoring on all data favours the true theory",
     paper=PAPER,
     claims=CLAIMS,

@@ -221,6 +221,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.strawman",
+    parallel_safe=True,
     title="E176 AutoCog: argmax seeds are strawmen against people and a noisy population (NC-7)",
     paper=PAPER,
     claims=CLAIMS,

@@ -139,6 +139,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e179.counterexample",
+    parallel_safe=True,
     title="DSpark App.-A counterexample: retrospective search is biased, early stop and stale capacity are exact",
     paper=PAPER,
     claims=CLAIMS,

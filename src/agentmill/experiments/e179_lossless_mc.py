@@ -186,6 +186,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e179.lossless_mc",
+    parallel_safe=True,
     title="DSpark losslessness under load with co-batched requests, Monte Carlo (T2)",
     paper=PAPER,
     claims=CLAIMS,

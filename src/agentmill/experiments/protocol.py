@@ -133,6 +133,9 @@ class Experiment:
     ``setups`` maps each profile to a frozen dataclass instance; ``--set key=value`` overrides its fields.
     ``requires`` names extras the experiment needs (``{"hf"}``); ``uses_model`` says whether ``--model`` matters.
     ``plots(data, out_dir)`` renders figures from the record's ``data``.
+    ``parallel_safe`` marks an experiment that runs on one core and judges no wall-clock time or speed ratio, so
+    ``agentmill reproduce --jobs N`` may run it beside another such experiment without changing its result; every
+    other experiment runs alone (model experiments use both cores; timing experiments need a quiet machine).
     """
 
     id: str
@@ -146,6 +149,7 @@ class Experiment:
     requires: frozenset[str] = frozenset()
     plots: Plotter | None = None
     version: str = "1"
+    parallel_safe: bool = False
 
     def __post_init__(self) -> None:
         missing = [p for p in PROFILES if p not in self.setups]

@@ -174,14 +174,111 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
 def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str | None = None,
               executor: str = "serial", runs_dir: str | os.PathLike[str] = "runs",
               progress_factory: Callable[[Experiment], Progress] | None = None, resume: bool = True,
-              on_done: Callable[[Experiment, RunRecord], None] | None = None) -> list[RunRecord]:
-    """Run every experiment; a crash in one is recorded and the rest still run."""
-    records = []
-    for exp in exps:
-        prog = progress_factory(exp) if progress_factory else None
-        rec = run_experiment(exp, profile=profile, model=model, executor=executor, runs_dir=runs_dir,
-                             progress=prog, resume=resume, preflight_errors_as_records=True)
-        records.append(rec)
+              on_done: Callable[[Experiment, RunRecord], None] | None = None, jobs: int = 1) -> list[RunRecord]:
+    """Run every experiment; a crash in one is recorded and the rest still run. Records come back in the order of
+    ``exps``.
+
+    With ``jobs`` > 1 the registered experiments marked ``parallel_safe`` (one core, no wall-clock claim) run
+    first, ``jobs`` at a time, each in a worker process limited to one BLAS/torch thread; the others then run one
+    by one in this process, as with ``jobs`` = 1. An experiment whose worker died (killed, out of memory) is rerun
+    here, so a broken pool loses nothing."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    records: dict[int, RunRecord] = {}
+
+    def finish(i: int, rec: RunRecord) -> None:
+        records[i] = rec
         if on_done:
-            on_done(exp, rec)
-    return records
+            on_done(exps[i], rec)
+
+    if jobs > 1:
+        from agentmill.experiments import registry
+
+        reg = registry()
+        pooled = [i for i, e in enumerate(exps) if e.parallel_safe and reg.get(e.id) is e]
+        if len(pooled) > 1:
+            _run_pooled([exps[i] for i in pooled], pooled, jobs, finish,
+                        dict(profile=profile, model=model, executor=executor, runs_dir=str(runs_dir),
+                             resume=resume), progress_factory)
+    for i, exp in enumerate(exps):
+        if i in records:
+            continue
+        prog = progress_factory(exp) if progress_factory else None
+        finish(i, run_experiment(exp, profile=profile, model=model, executor=executor, runs_dir=runs_dir,
+                                 progress=prog, resume=resume, preflight_errors_as_records=True))
+    return [records[i] for i in range(len(exps))]
+
+
+# -- the worker pool of ``run_suite(jobs > 1)`` ----------------------------------------------------------------------
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "AGENTMILL_TORCH_THREADS": "1"}
+_WORKER_QUEUE: Any = None
+
+
+def _worker_init(queue: Any) -> None:
+    global _WORKER_QUEUE
+    _WORKER_QUEUE = queue
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+
+
+def _worker_run(exp_id: str, kwargs: dict[str, Any]) -> RunRecord:
+    from agentmill.experiments import get
+
+    def progress(desc: str, done: float, total: float | None) -> None:
+        _WORKER_QUEUE.put((exp_id, desc, done, total))
+
+    return run_experiment(get(exp_id), progress=progress, preflight_errors_as_records=True, **kwargs)
+
+
+def _run_pooled(exps: Sequence[Experiment], index: Sequence[int], jobs: int, finish: Callable[[int, RunRecord], None],
+                kwargs: dict[str, Any], progress_factory: Callable[[Experiment], Progress] | None) -> None:
+    """Run ``exps`` in ``jobs`` spawned workers; progress messages come back through a queue. Workers start with
+    one BLAS/OpenMP/torch thread (set in the environment they inherit, before numpy loads in them)."""
+    import multiprocessing as mp
+    import queue as _queue
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    by_id = {e.id: e for e in exps}
+    updaters: dict[str, Progress] = {}
+
+    def drain() -> None:
+        while True:
+            try:
+                exp_id, desc, done, total = q.get_nowait()
+            except _queue.Empty:
+                return
+            if progress_factory is not None:
+                if exp_id not in updaters:
+                    updaters[exp_id] = progress_factory(by_id[exp_id])
+                updaters[exp_id](desc, done, total)
+
+    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+    os.environ.update(_ONE_THREAD)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
+    try:
+        futures = {pool.submit(_worker_run, e.id, kwargs): i for e, i in zip(exps, index)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            drain()
+            for f in done:
+                try:
+                    rec = f.result()
+                except Exception:  # noqa: BLE001 - a dead worker: the serial pass reruns this experiment
+                    continue
+                finish(futures[f], rec)
+        drain()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
