@@ -67,6 +67,7 @@ MODULES: tuple[str, ...] = (
     "agentmill.experiments.e164_constraint_rot_frameworks",
     "agentmill.experiments.e164_constraint_rot_crossing",
     "agentmill.experiments.e164_constraint_rot_instinct",
+    "agentmill.experiments.e164_constraint_rot_attack_llm",
 )
 
 _registry: dict[str, Experiment] | None = None
