@@ -66,7 +66,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e164_constraint_rot_compression import (_clean_label, _compaction_points, _paired,
-                                                                   tightest_ratio)
+                                                                   tightest_ratio, transfer_heatmap)
 from agentmill.experiments.e164_constraint_rot_mechanism import PAPER, episodes, make_counter, office
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
@@ -382,21 +382,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         cols = list(next(iter(tr.values())))
         cell = {**tr, "clean": d.get("transfer_clean", {})}
         mat = np.array([[cell[a].get(c, [np.nan])[0] for c in cols] for a in rows], dtype=float)
-        fig, ax = plt.subplots(figsize=(1.3 * len(cols) + 2.5, 0.6 * len(rows) + 1.8))
-        im = ax.imshow(mat, vmin=0, vmax=1, cmap="magma")
-        for i in range(len(rows)):
-            for j in range(len(cols)):
-                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if mat[i, j] < 0.5 else "black")
-        ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
-        ax.set_yticks(range(len(rows)), rows, fontsize=8)
-        ax.set_title("CR-8f transfer: drop rate of each frozen attack per compactor", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.04)
-        fig.tight_layout()
-        p = out / "e164_cr8f_transfer.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(transfer_heatmap(mat, rows, cols, "CR-8f transfer: drop rate of each frozen attack per "
+                                      "compactor", out / "e164_cr8f_transfer.png"))
     return paths
 
 

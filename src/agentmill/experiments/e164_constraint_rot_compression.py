@@ -337,22 +337,33 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
             rows = list(tr)
             cols = list(next(iter(tr.values())))
             mat = np.array([[tr[a][c] for c in cols] for a in rows])
-            fig, ax = plt.subplots(figsize=(1.1 * len(cols) + 2, 0.6 * len(rows) + 1.8))
-            im = ax.imshow(mat, vmin=0, vmax=1, cmap="magma")
-            for i in range(len(rows)):
-                for j in range(len(cols)):
-                    ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                            color="white" if mat[i, j] < 0.5 else "black")
-            ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
-            ax.set_yticks(range(len(rows)), rows, fontsize=8)
-            ax.set_title("CR-8 transfer: drop rate of each frozen attack per compactor")
-            fig.colorbar(im, ax=ax, fraction=0.04)
-            fig.tight_layout()
-            p = out / "e164_cr8_transfer.png"
-            fig.savefig(p, dpi=110)
-            plt.close(fig)
-            paths.append(p)
+            paths.append(transfer_heatmap(mat, rows, cols, "CR-8 transfer: drop rate of each frozen attack per "
+                                          "compactor", out / "e164_cr8_transfer.png"))
     return paths
+
+
+def transfer_heatmap(mat: Any, rows: list[str], cols: list[str], title: str, path: Path) -> Path:
+    """A transfer matrix (attack × compactor drop rates in [0, 1]) as an annotated heat map at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mat = np.asarray(mat, dtype=float)
+    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 2.5, 0.6 * len(rows) + 1.8))
+    im = ax.imshow(mat, vmin=0, vmax=1, cmap="magma")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if mat[i, j] < 0.5 else "black")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 EXPERIMENT = Experiment(
