@@ -20,7 +20,8 @@ Steps:
    pinning and re-runs read the very same summaries (the cf edits operate on the compactor's actual output).
    Metrics come from ``metrics.summarise`` (Wilson cells, paired two-stage cluster bootstrap); pooled quantities
    use the same bootstrap. Decay-based metrics (CR-3b/c, CR-4, CR-6a/d, CR-11) are withheld when the pre-registered
-   decay precondition (RS lower CI ≥ 0.3, V(full) ≤ 0.1) fails.
+   decay precondition (RS lower CI ≥ 0.3, V(full) ≤ 0.1) fails. Every decision is checkpointed
+   (``AgentLoop.run_grid``, a JSONL file per actor config in the work dir), so a killed run resumes the grid.
 4. **NC-3** the base model without adapter, decoded exactly like the organism, on ``full_context`` and
    ``never_stated``: RS's CI must include 0 and the precondition must fail ("precondition not met").
 5. **NC-8** the CR-3 rows with condition labels shuffled within family: every D(M) CI includes 0.
@@ -290,6 +291,14 @@ class BaseModelActor:
         return self._impl.act(messages, tools)
 
 
+def grid_path(ctx: RunContext, tag: str, actor: Any) -> Path:
+    """The checkpoint file of one actor's grid: named by a hash of the actor's decoding config (adapter, decode
+    mode, dtype, token budget), so a rerun with another actor never reads these rows."""
+    cfg = actor.config if isinstance(getattr(actor, "config", None), Mapping) else {"name": actor.name}
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return Path(ctx.work_dir) / f"{tag}-{digest}.jsonl"
+
+
 # -- statistics helpers --------------------------------------------------------------------------------------------
 def _rate(where: Mapping[str, Any], field: str = "violation", labels: Any = None) -> Callable[[Sequence[Any]], float]:
     from agentmill.methods.constraint_rot.metrics import is_trigger
@@ -416,16 +425,17 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                     distractor_tokens=tuple(s.distractor_tokens)[:2], counter=counter,  # type: ignore
                                     sandbox=sb)
             loop = AgentLoop(actor, sb, max_steps_per_turn=1, counter=counter)
-            for j, cond in enumerate(conds):
-                rows += [loop.run(e, cond).row for e in eps]
-                ctx.progress(f"E164 organism grid: {cond.label}", j + 1, len(conds))
+            # every decision is checkpointed per adapter: a killed run resumes the grid where it stopped
+            rows = loop.run_grid(eps, conds, grid_path(ctx, "grid", actor),
+                                 progress=lambda c, d, t: ctx.progress(f"E164 organism grid: {c.label}", d, t))
             # NC-3: the base model without adapter
             base_actor = BaseModelActor(load(), max_new_tokens=s.max_new_tokens)
             nc3_eps = eps[:s.n_nc3] if s.n_nc3 <= len(eps) else generate_episodes(
                 cat, split="test_iid", n=s.n_nc3, seed=s.seed + 1, locations=locations,
                 distractor_tokens=tuple(s.distractor_tokens)[:2], counter=counter, sandbox=sb)  # type: ignore
             bloop = AgentLoop(base_actor, sb, max_steps_per_turn=1, counter=counter)
-            nc3_rows = [bloop.run(e, c).row for c in (C.full_context(), C.never_stated()) for e in nc3_eps]
+            nc3_rows = bloop.run_grid(nc3_eps, [C.full_context(), C.never_stated()],
+                                      grid_path(ctx, "nc3", base_actor))
         ctx.data["summary_cache"] = cache.stats()
         _grid_metrics(s, ctx, rows, ms, out, summarise, decay_precondition, shuffle_conditions, pr, SURVIVED)
         nc3 = summarise(nc3_rows, B=s.n_boot, prereg=pr)

@@ -167,3 +167,34 @@ def test_rows_name_the_summariser_lm_and_a_failed_summary(sandbox, episodes) -> 
     assert (failed["summariser_lm"], failed["summary_failed"], failed["error"]) == ("scripted:fail", True, None)
     window = loop.run(episodes[0], C.compacted(SlidingWindow(counter=W))).row
     assert (window["summariser_lm"], window["summary_failed"]) == (None, False)
+
+
+def test_run_grid_resumes_a_killed_grid_and_ignores_foreign_rows(sandbox, episodes, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "grid.jsonl"
+    conds = [C.full_context(), C.never_stated()]
+    eps = episodes[:3]
+    ref = AgentLoop(RuleReader(), sandbox, counter=W).run_grid(eps, conds, tmp_path / "ref.jsonl")
+    assert [(r["condition"], r["episode_id"]) for r in ref] == [(c.label, e.episode_id) for c in conds for e in eps]
+
+    class Dies(RuleReader):  # a grid killed mid-way (after four actor calls)
+        calls = 0
+
+        def act(self, messages, tools=()):  # type: ignore[no-untyped-def]
+            Dies.calls += 1
+            if Dies.calls > 4:
+                raise KeyboardInterrupt
+            return super().act(messages, tools)
+
+    Dies.name = RuleReader().name  # the same actor as far as the rows are concerned
+    with pytest.raises(KeyboardInterrupt):
+        AgentLoop(Dies(), sandbox, counter=W).run_grid(eps, conds, out)
+    killed_after = len(out.read_text().splitlines())
+    assert 0 < killed_after < 6
+    ResultWriter(out).append({**ref[0], "episode_id": "another-grid"})  # a row of some other grid
+    seen = []
+    rows = AgentLoop(RuleReader(), sandbox, counter=W).run_grid(
+        eps, conds, out, progress=lambda c, d, t: seen.append((c.label, d, t)))
+    assert len(out.read_text().splitlines()) == 7  # only the missing decisions were run (6 + the foreign row)
+    assert [r["violation"] for r in rows] == [r["violation"] for r in ref]
+    assert [(r["condition"], r["episode_id"]) for r in rows] == [(r["condition"], r["episode_id"]) for r in ref]
+    assert seen == [("full_context", 1, 2), ("never_stated", 2, 2)]

@@ -25,7 +25,7 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -211,6 +211,34 @@ class AgentLoop:
                 row = self.run(ep, cond).row
                 writer.append(row)
                 rows.append(row)
+        return rows
+
+    def run_grid(self, episodes: Sequence[Episode], conditions: Sequence[Condition], out: str | Path, *,
+                 progress: Callable[[Condition, int, int], None] | None = None) -> list[dict[str, Any]]:
+        """Every (condition, episode) row, condition-major, checkpointed in ``out``: a killed grid resumes where it
+        stopped (completed rows are read back, rows with ``error`` are retried), and rows of ``out`` that belong to
+        another grid are ignored. ``progress(condition, done, total)`` after each condition."""
+        for j, cond in enumerate(conditions):
+            self.run_all(episodes, [cond], out)
+            if progress is not None:
+                progress(cond, j + 1, len(conditions))
+        latest: dict[str, dict[str, Any]] = {}
+        for i, line in enumerate(Path(out).read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{out}:{i}: not a JSON row ({e})") from None
+                key = result_key(row)
+                if key not in latest or latest[key].get("error") or not row.get("error"):
+                    latest[key] = row
+        rows = []
+        for cond in conditions:
+            for ep in episodes:
+                key = self.resume_key(ep, cond)
+                if key not in latest:
+                    raise RuntimeError(f"run_grid: no row for {ep.episode_id} / {cond.label} in {out}")
+                rows.append(latest[key])
         return rows
 
     # ------------------------------------------------------------------------------------------------ episode
