@@ -65,8 +65,8 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot_compression import (_clean_label, _compaction_points, _paired,
-                                                                   tightest_ratio, transfer_heatmap)
+from agentmill.experiments.e164_constraint_rot_compression import (_compaction_points, _paired, tightest_ratio,
+                                                                   transfer_heatmap)
 from agentmill.experiments.e164_constraint_rot_mechanism import PAPER, episodes, make_counter, office
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
@@ -74,7 +74,6 @@ LLM = "llm"
 """The LLM target's key in metric names and the transfer matrix."""
 REFERENCE = ("note_following", "extractive_ca")
 """The deterministic arm's targets, optimised here on the same dev cases for the transfer matrix."""
-SURVIVED = ("preserved", "paraphrased")
 TINY = "tiny:new?d=16&layers=1&heads=2&max_len=8192&seed=1"
 """An untrained byte-level model: a cheap summariser that keeps nothing (smoke, quick). Its context holds the
 summary prompt (LangChain's, ~3 kB) plus the trimmed transcript in bytes, hence ``max_len`` 8192 and a small
@@ -175,7 +174,7 @@ class WatchedTarget:
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.methods.constraint_rot.attacks.cases import attack_cases
+    from agentmill.methods.constraint_rot.attacks.cases import attack_cases, clean_survival
     from agentmill.methods.constraint_rot.compactors import ExtractiveSummary, LLMSummary, NoteFollowingSummary
     from agentmill.methods.constraint_rot.prereg import load_prereg
     from agentmill.methods.constraint_rot.summary_cache import SummaryCache
@@ -229,21 +228,6 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out if s.judged else unjudged(out, CLAIM_METRICS)
 
 
-def clean_survival(comp: Any, points: Sequence[tuple[Any, Sequence[Any]]], keep_last: int, counter: Any) -> float:
-    """Share of ``points`` (episode, context) whose rule survives ``comp`` on the clean context (lenient)."""
-    from agentmill.methods.constraint_rot.survival import classify_survival
-
-    if not points:
-        raise ValueError("clean_survival: no compaction points")
-    ok = []
-    for e, msgs in points:
-        inst = e.instance
-        r = comp.compact(list(msgs), keep_last=keep_last)
-        ok.append(classify_survival(inst.text, {"values": inst.matcher_values}, inst.matcher_cues, r,
-                                    counter=counter).label in SURVIVED)
-    return float(np.mean(ok))
-
-
 def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any], test: Sequence[Any], *,
                   population: int, generations: int, reference_population: int, reference_generations: int,
                   seed: int, templates: Sequence[str], n_boot: int, counter: Any,
@@ -257,6 +241,7 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
     ``locations`` maps a rule id to its policy location (for the outside-``system`` drop rate)."""
     from agentmill.methods.constraint_rot.attacks import (DROP_LABELS, FIXED_PROBE, Slots, attack_labels,
                                                           evaluate_attack, optimise_attack)
+    from agentmill.methods.constraint_rot.attacks.cases import clean_label
     from agentmill.methods.constraint_rot.stats import cluster_bootstrap, wilson_estimate
 
     if LLM in references:
@@ -319,7 +304,7 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
             transfer[a][c] = [est.value, est.lo, est.hi]
     transfer_clean = {}
     for c, comp in compactors.items():
-        est = wilson_estimate(int(sum(drops([_clean_label(comp, case, counter) for case in test]))), m)
+        est = wilson_estimate(int(sum(drops([clean_label(comp, case, counter) for case in test]))), m)
         transfer_clean[c] = [est.value, est.lo, est.hi]
     seconds_test = time.perf_counter() - t0
     out["health_summary_failed"] = Estimate.exact(watched.failed, n=watched.compactions)

@@ -117,7 +117,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.constraint_rot.attacks import (DROP_LABELS, EVICTION_TEMPLATES, FIXED_PROBE, Slots,
                                                           attack_labels, drop_rate, evaluate_attack,
                                                           optimise_attack)
-    from agentmill.methods.constraint_rot.attacks.cases import attack_cases
+    from agentmill.methods.constraint_rot.attacks.cases import attack_cases, clean_label, clean_survival
     from agentmill.methods.constraint_rot.compactors import ExtractiveSummary, NoteFollowingSummary
     from agentmill.methods.constraint_rot.loop import AgentLoop, ContextBudget
     from agentmill.methods.constraint_rot.prereg import load_prereg
@@ -165,11 +165,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data["cr5"] = {"ratios": list(s.ratios), "curves": curves}
 
         # CR-8 step 1: the extractive target's ratio, tuned on dev
-        tuning = {}
-        for r in sorted(s.tune_ratios):
-            m = ExtractiveSummary(r, "constraint_aware", counter=counter)
-            tuning[r] = float(np.mean([survived(e, m.compact(list(msgs), keep_last=s.keep_last))
-                                       for e, msgs in dev_points]))
+        tuning = {r: clean_survival(ExtractiveSummary(r, "constraint_aware", counter=counter), dev_points,
+                                    s.keep_last, counter) for r in sorted(s.tune_ratios)}
         ratio = tightest_ratio(tuning, s.clean_survival_target)
         out["cr8_extractive_ratio"] = Estimate.exact(ratio, n=len(dev_points))
         out["cr8_extractive_dev_clean_survival"] = Estimate.exact(tuning[ratio], n=len(dev_points))
@@ -225,7 +222,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                    "fixed:A2": (FIXED_PROBE, Slots().to_dict())}
         transfer = {a: {c: drop_rate(attack_labels(comp, test, tid, Slots.from_dict(sl), counter=counter)[0])
                         for c, comp in pool.items()} for a, (tid, sl) in attacks.items()}
-        clean_row = {c: drop_rate([_clean_label(comp, case, counter) for case in test]) for c, comp in pool.items()}
+        clean_row = {c: drop_rate([clean_label(comp, case, counter) for case in test]) for c, comp in pool.items()}
         ctx.data["cr8"] = {"cases": m, "dev_cases": len(dev), "skipped_no_tool_output": skipped,
                            "extractive_tuning": {f"{r:g}": v for r, v in tuning.items()}, "extractive_ratio": ratio,
                            "targets": cr8, "transfer": transfer, "transfer_clean": clean_row}
@@ -269,13 +266,6 @@ def _compaction_points(sb: Any, counter: Any, eps: list[Any], keep_last: int, ct
 
     return compaction_points(sb, eps, counter, keep_last,
                              progress=lambda d, t: ctx.progress(f"E164: compaction points ({label})", d, t))
-
-
-def _clean_label(target: Any, case: Any, counter: Any) -> str:
-    from agentmill.methods.constraint_rot.survival import classify_survival
-
-    result = target.compact(list(case.messages), keep_last=case.keep_last)
-    return classify_survival(case.rule_text, case.anchors, case.cues, result, counter=counter).label
 
 
 def _paired(rows: list[dict[str, Any]], a: str, b: str, B: int, cluster_bootstrap: Any) -> Estimate:

@@ -75,3 +75,27 @@ def attack_cases(points: Sequence[tuple[Any, Sequence[Message]]], keep_last: int
         cases.append(DevCase(tuple(msgs), idx, inst.text, {"values": inst.matcher_values}, inst.matcher_cues,
                              keep_last=keep_last, rule_id=f"{e.family}|{e.episode_id}"))
     return cases, skipped
+
+
+def clean_label(target: Any, case: DevCase, counter: Any = None) -> str:
+    """The survival label of ``case``'s rule after ``target`` compacts the un-attacked context."""
+    from agentmill.methods.constraint_rot.attacks.optimise import _counter, _label
+
+    return _label(target, case, case.messages, _counter(target, counter))
+
+
+def clean_survival(target: Any, points: Sequence[tuple[Any, Sequence[Message]]], keep_last: int,
+                   counter: Any) -> float:
+    """Share of compaction ``points`` (episode, context) whose rule survives ``target`` (lenient: preserved or
+    paraphrased): the quantity the spec tunes the extractive ratio on ("clean survival ≥ 90 %")."""
+    from agentmill.methods.constraint_rot.survival import SURVIVED, classify_survival
+
+    if not points:
+        raise ValueError("clean_survival: no compaction points")
+    ok = 0
+    for e, msgs in points:
+        inst = e.instance
+        r = target.compact(list(msgs), keep_last=keep_last)
+        ok += classify_survival(inst.text, {"values": inst.matcher_values}, inst.matcher_cues, r,
+                                counter=counter).label in SURVIVED
+    return ok / len(points)
