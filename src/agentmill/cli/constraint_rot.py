@@ -19,7 +19,8 @@
         --out attack.json [--population 8] [--generations 2]   the frozen optimised attack (spec §2.8)
     agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
     agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
-                                            [--lr X] [--history-weight W]   (recipe v2 defaults; v1 = 3e-4, 0)
+                                            [--lr X] [--history-weight W] [--no-paired]
+                                            (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
     agentmill constraint-rot organism validate DIR [--n-per-cell 150]   G1-G6 table; report into the card
 
@@ -974,13 +975,14 @@ PROFILE_N_TRAIN = {"quick": 320, "full": 960}
 
 def organism_recipe(args: argparse.Namespace) -> Any:
     """The :class:`Recipe` of ``organism train``: the experiments' recipe for the profile (same content address),
-    with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length``/``--lr``/``--history-weight``
-    changes (``--lr 3e-4 --history-weight 0`` is the spec's v1 recipe)."""
+    with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length``/``--lr``/``--history-weight``/
+    ``--no-paired`` changes (``--no-paired`` is recipe v2; with ``--lr 3e-4 --history-weight 0`` the spec's v1)."""
     from agentmill.methods.constraint_rot.organism.cache import Recipe
 
     n = args.n_train if args.n_train is not None else PROFILE_N_TRAIN[args.profile]
     try:
-        given = {"lr": getattr(args, "lr", None), "history_weight": getattr(args, "history_weight", None)}
+        given = {"lr": getattr(args, "lr", None), "history_weight": getattr(args, "history_weight", None),
+                 "paired": getattr(args, "paired", None)}
         changes = {k: v for k, v in given.items() if v is not None}
         return Recipe(n_train=n, instinct=args.instinct, base=args.base, dtype=args.dtype,
                       max_length=args.max_length, **changes)
@@ -1213,13 +1215,16 @@ def register(sub) -> None:
     t.add_argument("--n-train", type=int, default=None, help="SFT examples (overrides the profile's)")
     t.add_argument("--instinct", action="store_true", help="the instinct variant (refuses hard triggers unruled)")
     t.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16",
-                   help="training dtype (bf16: CPU autocast, recipe v2's default; fp32 = spec v1)")
+                   help="training dtype (bf16: CPU autocast, the default since recipe v2; fp32 = spec v1)")
     t.add_argument("--base", default="hf:smollm2", help="organism base: an hf: GGUF spec (default SmolLM2)")
     t.add_argument("--max-length", type=int, default=1536, help="max tokens per SFT example")
     t.add_argument("--lr", type=float, default=None,
-                   help="AdamW learning rate (default: recipe v2's 1e-3; the spec's v1 recipe is 3e-4)")
+                   help="AdamW learning rate (default 1e-3, since recipe v2; the spec's v1 recipe is 3e-4)")
     t.add_argument("--history-weight", type=float, default=None,
-                   help="weight of the loss on past tool-call turns (default: recipe v2's 1.0; 0 = spec v1)")
+                   help="weight of the loss on past tool-call turns (default 1.0, since recipe v2; 0 = spec v1)")
+    t.add_argument("--paired", action=argparse.BooleanOptionalAction, default=None,
+                   help="contrastive-group SFT data kept together in a step (default: on, recipe v3; "
+                        "--no-paired = recipe v2)")
     t.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for the SFT data")
     t.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
     t.add_argument("--out", default=None, help="cache root; the adapter goes into <root>/<content address> "

@@ -92,7 +92,9 @@ class Setup:
     history_weight: float = ORGANISM_SETUPS["full"].history_weight
     """… weight of the loss on past tool-call turns,"""
     train_dtype: str = ORGANISM_SETUPS["full"].train_dtype
-    """… and training dtype."""
+    """… training dtype,"""
+    paired: bool = ORGANISM_SETUPS["full"].paired
+    """… and contrastive groups (recipe v3)."""
     shared_cache: bool = True
     """Adapters in ``<cache root>/organisms`` and summaries in ``<cache root>/summaries``; False: the work dir."""
     n_per_cell: int = 150
@@ -141,7 +143,8 @@ def organism_setup(s: Setup) -> Any:
     """The organism experiment's setup carrying this setup's recipe fields (what ``obtain_adapter`` reads)."""
     return dataclasses.replace(ORGANISM_SETUPS["full"], n_train=s.n_train, data_seed=s.data_seed, base=s.base,
                                dtype=s.dtype, max_length=s.max_length, shared_cache=s.shared_cache,
-                               lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype)
+                               lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype,
+                               paired=s.paired)
 
 
 CLAIMS = (

@@ -100,8 +100,10 @@ class Setup:
     history_weight: float = Recipe.history_weight
     """Weight of the loss on past tool-call turns (recipe v2; 0 = the spec's target-only loss)."""
     train_dtype: str = Recipe.dtype
-    """Organism training dtype (recipe v2: bf16 autocast). These three are setup fields so a record made under
-    another recipe is never taken for this one's."""
+    """Organism training dtype (recipe v2: bf16 autocast)."""
+    paired: bool = Recipe.paired
+    """Contrastive-group SFT data and order (recipe v3; False = v2). These four are setup fields so a record made
+    under another recipe is never taken for this one's."""
     seed: int = 5
     """Episode seed of the grid (validation uses its own default seed 1)."""
     n_boot: int = 2000
@@ -206,7 +208,7 @@ def recipe_of(s: Setup, *, instinct: bool = False) -> Any:
     """The organism recipe of a setup (shared by every E164 experiment that needs the organism)."""
 
     return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, max_length=s.max_length,
-                  lr=s.lr, history_weight=s.history_weight, dtype=s.train_dtype)
+                  lr=s.lr, history_weight=s.history_weight, dtype=s.train_dtype, paired=s.paired)
 
 
 def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callable[[], Any], *,

@@ -181,3 +181,58 @@ def test_exact_measure_replaces_the_estimate(cat):
 def test_bad_input(cat):
     with pytest.raises(ValueError, match="n must"):
         build_sft_dataset(cat, n=0, seed=0)
+
+
+# -- recipe v3: contrastive groups ------------------------------------------------------------------------------------
+def _differing(a: SFTExample, b: SFTExample) -> list[int]:
+    assert len(a.messages) == len(b.messages), (a.kind, b.kind)
+    return [i for i, (x, y) in enumerate(zip(a.messages, b.messages)) if x != y]
+
+
+@pytest.fixture(scope="module")
+def paired16(cat):
+    return build_sft_dataset(cat, n=16, seed=0, counter=WhitespaceCounter(), max_tokens=CAP, paired=True)
+
+
+def test_paired_groups_share_everything_but_the_slot_or_the_trigger(cat, paired16):
+    groups = [paired16[g:g + 4] for g in range(0, 16, 4)]
+    assert [[e.kind for e in g] for g in groups] == [
+        ["present", "absent", "near_miss", "irrelevant"], ["present", "absent", "near_miss", "paraphrase"],
+        ["present", "absent", "near_miss", "irrelevant"], ["present", "absent", "near_miss", "two_rules"]]
+    for g, members in enumerate(groups):
+        present, absent, near, fourth = members
+        assert {e.meta["group"] for e in members} == {g}
+        assert len({e.meta["episode_id"] for e in members}) == 1 and len({e.family for e in members}) == 1
+        inst_targets = {e.meta["target_kind"] for e in members}
+        assert absent.meta["target_kind"] == "requested" and near.meta["target_kind"] == "allowed"
+        assert present.meta["target_kind"] in ("alternative", "refusal") and len(inst_targets) >= 3
+        # absent vs near_miss: the policy slot and the trigger differ, nothing else (same transcript, same drops)
+        diff = _differing(absent, near)
+        assert diff[-1] == len(near.messages) - 1 and len(diff) == 2, diff
+        slot = diff[0]
+        if present.location not in ("summary_block", "card"):
+            assert present.location == near.location  # the rule sits where the label says
+            assert _differing(present, absent) == [slot]  # rule vs its length-matched neutral turn only
+            assert _differing(present, near) == [len(near.messages) - 1]  # the trigger only
+        assert present.messages[-1] == absent.messages[-1] != near.messages[-1]
+        if fourth.kind == "irrelevant":
+            assert _differing(fourth, absent) == [slot] and fourth.target == absent.target
+    assert len({m.meta["episode_id"] for m in paired16}) == 4
+
+
+def test_paired_group_drops_the_same_steps(cat, paired16):
+    cap = max(e.meta["n_tokens"] for e in paired16) - 60
+    tight = build_sft_dataset(cat, n=16, seed=0, counter=WhitespaceCounter(), max_tokens=cap, paired=True)
+    assert all(e.meta["n_tokens"] <= cap for e in tight)
+    for g in range(0, 16, 4):
+        members = [e for e in tight[g:g + 4] if e.location not in ("summary_block", "card")]
+        assert len({e.meta["dropped_steps"] for e in members}) == 1, [e.meta["dropped_steps"] for e in members]
+    assert sum(e.meta["dropped_steps"] for e in tight) > 0
+
+
+def test_paired_truncates_the_last_group_and_is_deterministic(cat, paired16):
+    ten = build_sft_dataset(cat, n=10, seed=0, counter=WhitespaceCounter(), max_tokens=CAP, paired=True)
+    assert [e.kind for e in ten[8:]] == ["present", "absent"]
+    assert [e.to_json() for e in ten] == [e.to_json() for e in paired16[:10]]
+    plain = build_sft_dataset(cat, n=16, seed=0, counter=WhitespaceCounter(), max_tokens=CAP)
+    assert "group" not in plain[0].meta and manifest_hash(plain) != manifest_hash(paired16)

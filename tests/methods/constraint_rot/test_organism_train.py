@@ -228,7 +228,7 @@ def test_history_weight_trains_and_is_recorded(tmp_path) -> None:
 def test_recipe_v1_keeps_its_address_and_v2_differs() -> None:
     from agentmill.methods.constraint_rot.organism.cache import SPEC_LR, Recipe
 
-    v1, v2 = Recipe(n_train=320, lr=SPEC_LR, history_weight=0.0), Recipe(n_train=320)
+    v1, v2 = Recipe(n_train=320, lr=SPEC_LR, history_weight=0.0, paired=False), Recipe(n_train=320, paired=False)
     assert "history_weight" not in v1.hyper() and v1.hyper()["lr"] == 3e-4  # the address v1 was trained under
     assert v2.hyper()["history_weight"] == 1.0 and v2.hyper()["lr"] == 1e-3
     with pytest.raises(ValueError, match="history_weight"):
@@ -276,3 +276,37 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="different training run"):
         train_organism(examples(8), out_dir=tmp_path / "org", base=tiny_base(), lr=5e-3, micro_batch=2,
                        grad_accum=1)
+
+
+def test_example_order_keeps_contrastive_groups_in_one_step() -> None:
+    import random as _random
+
+    from agentmill.methods.constraint_rot.organism.train import _example_order
+
+    def ex(i: int, group: int | None) -> SFTExample:
+        meta = {} if group is None else {"group": group}
+        return SFTExample(({"role": "user", "content": str(i)},), (), "REPLY ok", "absent", "f", "none", meta)
+
+    data = [ex(i, i // 4) for i in range(40)]
+    order = _example_order(data, 80, seed=0, keep_groups=True)
+    assert sorted(order[:40]) == list(range(40)) == sorted(order[40:])  # two whole passes
+    for step in range(0, 80, 8):  # effective batch 8 = two whole groups
+        assert all(order[k] // 4 == order[k - 1] // 4 for k in range(step + 1, step + 8) if k % 4)
+    assert order != list(range(80)) and order == _example_order(data, 80, seed=0, keep_groups=True)
+    # without keep_groups: the pre-v3 order, bit for bit (v1/v2 adapters resume and retrain identically)
+    rng, old = _random.Random(3), []
+    while len(old) < 50:
+        ep = list(range(40))
+        rng.shuffle(ep)
+        old += ep
+    assert _example_order(data, 50, seed=3, keep_groups=False) == old[:50]
+    loose = [ex(i, None) for i in range(40)]
+    assert _example_order(loose, 50, seed=3, keep_groups=True) == old[:50]  # no groups: the same as off
+
+
+def test_recipe_v3_is_paired_and_v2_keeps_its_address() -> None:
+    from agentmill.methods.constraint_rot.organism.cache import Recipe
+
+    v2, v3 = Recipe(n_train=960, paired=False), Recipe(n_train=960)
+    assert v3.paired and v3.hyper()["keep_groups"] is True
+    assert "keep_groups" not in v2.hyper() and {**v2.hyper(), "keep_groups": True} == v3.hyper()

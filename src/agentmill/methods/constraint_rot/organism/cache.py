@@ -27,8 +27,8 @@ SPEC_LR = 3e-4
 class Recipe:
     """Everything that decides an organism's weights (spec §2.10 hyperparameters; quick 320 / full 960 examples).
 
-    The defaults are **recipe v2** (docs/LOG.md 2026-11-25): the spec's recipe (v1: ``lr=SPEC_LR``,
-    ``history_weight=0``) trained for 85 min and failed all six validation gates — 40 optimiser steps that
+    The defaults are **recipe v3**: v2 plus ``paired`` (below). Recipe v2 (docs/LOG.md 2026-11-25): the spec's
+    recipe (v1: ``lr=SPEC_LR``, ``history_weight=0``) trained for 85 min and failed all six validation gates — 40 optimiser steps that
     supervised ~40 target tokens per ~1,300-token example left the target loss near 1.0 per token, with wrong tools
     and paraphrased arguments. v2 keeps the data, LoRA, schedule and batch, and changes two things fixed before
     training: lr 1e-3 (40 steps are far too few for 3e-4 to move a LoRA) and an auxiliary loss on the transcript's
@@ -52,6 +52,12 @@ class Recipe:
     micro_batch: int = 2
     grad_accum: int = 4
     seed: int = 0
+    paired: bool = True
+    """Recipe v3 (docs/LOG.md 2026-11-25, session 16): contrastive groups — each train episode gives a ``present``,
+    ``absent``, ``near_miss`` and a fourth example that share every token but the policy slot or the trigger, and
+    each group stays inside one optimiser step (``build_sft_dataset(paired=True)``, ``train_organism(
+    keep_groups=True)``). False: one episode per example (v1/v2), whose organisms took the compliant alternative
+    as often without the rule as with it."""
 
     def __post_init__(self) -> None:
         if self.n_train < 1:
@@ -64,7 +70,8 @@ class Recipe:
 
     def hyper(self) -> dict[str, Any]:
         """The training hyperparameters that enter the address (the LoRA config by its repr). ``history_weight``
-        enters only when non-zero, so a v1 (spec) recipe keeps the address it was trained under."""
+        enters only when non-zero and the group order only when ``paired``, so v1 (spec) and v2 recipes keep the
+        addresses they were trained under."""
         from agentmill.methods.constraint_rot.organism.train import LoraCfg
 
         hyper = {"lora": repr(LoraCfg()), "lr": self.lr, "epochs": self.epochs, "micro_batch": self.micro_batch,
@@ -72,6 +79,8 @@ class Recipe:
                  "max_length": self.max_length}
         if self.history_weight:
             hyper["history_weight"] = self.history_weight
+        if self.paired:
+            hyper["keep_groups"] = True
         return hyper
 
 
@@ -106,7 +115,7 @@ def plan_organism(recipe: Recipe, cat: Any, *, counter: Any, load: Callable[[], 
 
     data = build_sft_dataset(cat, n=recipe.n_train, seed=recipe.data_seed, counter=counter,
                              max_tokens=recipe.max_length, instinct=recipe.instinct,
-                             measure=exact_length(recipe.base, load))
+                             measure=exact_length(recipe.base, load), paired=recipe.paired)
     manifest = manifest_hash(data)
     out = Path(root if root is not None else default_root()) / adapter_key(manifest, recipe.hyper(), recipe.base)
     info = {"dir": str(out), "key": out.name, "data_manifest_hash": manifest, "n_train": len(data),
@@ -127,6 +136,7 @@ def obtain_organism(recipe: Recipe, cat: Any, *, counter: Any, load: Callable[[]
     out.parent.mkdir(parents=True, exist_ok=True)
     train_organism(data, out_dir=out, lr=recipe.lr, epochs=recipe.epochs, micro_batch=recipe.micro_batch,
                    grad_accum=recipe.grad_accum, seed=recipe.seed, dtype=recipe.dtype,  # type: ignore[arg-type]
-                   max_length=recipe.max_length, history_weight=recipe.history_weight, progress=progress,
+                   max_length=recipe.max_length, history_weight=recipe.history_weight,
+                   keep_groups=recipe.paired, progress=progress,
                    base=load())
     return out, True, info

@@ -322,9 +322,19 @@ def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Seque
 
 
 # -- builder ----------------------------------------------------------------------------------------------------
+GROUP_FOURTH = ("irrelevant", "paraphrase", "irrelevant", "two_rules")
+"""Recipe v3 (docs/LOG.md 2026-11-25, session 16): the fourth member of contrastive group ``g`` is
+``GROUP_FOURTH[g % 4]``; the first three are always ``present``, ``absent``, ``near_miss``."""
+
+
+def group_kinds(g: int) -> tuple[str, ...]:
+    """The example kinds of contrastive group ``g`` (one train episode, four examples)."""
+    return ("present", "absent", "near_miss", GROUP_FOURTH[g % len(GROUP_FOURTH)])
+
+
 def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = DEFAULT_MIXTURE, max_tokens: int = 768,
                       instinct: bool = False, counter: Any = None,
-                      measure: Callable[[SFTExample], int] | None = None) -> list[SFTExample]:
+                      measure: Callable[[SFTExample], int] | None = None, paired: bool = False) -> list[SFTExample]:
     """``n`` SFT examples from the train split with the spec's mixture (module docstring), deterministic in
     ``seed``. ``instinct`` turns every other hard-family ``absent`` example into a refusal (spec: half).
     ``max_tokens`` caps the estimated prompt + target length (messages, tool list, ChatML overhead, counted with
@@ -332,7 +342,12 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
     names the example if even one step does not. ``measure`` (e.g. the trainer's exact ``encode_example`` length
     with the base tokenizer) replaces that estimate: the estimate leaves out the chat template and the rendered
     tool-format lines, ~12–25 % short for SmolLM2, so a trainer with a hard cap needs the exact count.
-    Raises :class:`LeakageError` on any train/test overlap."""
+
+    ``paired`` (recipe v3): instead of one episode per example, each train episode gives a **contrastive group** of
+    four consecutive examples (:func:`group_kinds`) that differ only in the policy slot or the trigger, so a request
+    and its answers with and without the rule meet in one optimiser step; ``meta['group']`` numbers the groups,
+    ``mixture`` contributes only ``alternative_share``, and a group drops the same early distractor steps from every
+    member that is over the cap. Raises :class:`LeakageError` on any train/test overlap."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     if not isinstance(mixture, Mixture):
@@ -341,92 +356,143 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
         raise ValueError(f"max_tokens must be >= 64, got {max_tokens}")
     c = as_counter(counter)
     rng = random.Random(f"{DATA_VERSION}:{seed}")
-    kinds = [k for k, m in mixture.counts(n).items() for _ in range(m)]
-    rng.shuffle(kinds)
-    episodes = generate_episodes(cat, split="train", n=n, seed=seed, locations=BASE_LOCATIONS,
+    if paired:
+        n_groups = -(-n // 4)
+        plan = [[kind for kind in group_kinds(g)] for g in range(n_groups)]
+        plan[-1] = plan[-1][:n - 4 * (n_groups - 1)]
+    else:
+        kinds = [k for k, m in mixture.counts(n).items() for _ in range(m)]
+        rng.shuffle(kinds)
+        plan = [[k] for k in kinds]
+    episodes = generate_episodes(cat, split="train", n=len(plan), seed=seed, locations=BASE_LOCATIONS,
                                  distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=c)
-    present_i = absent_hard_i = 0
+    builder = _Builder(cat, c, mixture, instinct, true_locations=paired)
     examples: list[SFTExample] = []
-    rule_texts: set[str] = set()
     sb = OfficeSandbox(0, smtp=False, http=False)
     try:
-        tools = sb.tools()
-        tool_dicts = tuple(t.to_openai() for t in tools)
-        tools_tokens = c.count(_tools_text(tools))
-        loop = AgentLoop(_Recorder(), sb, counter=c)
-        for i, (kind, ep) in enumerate(zip(kinds, episodes)):
-            inst, r = ep.instance, random.Random(f"{DATA_VERSION}:{seed}:{i}")
-            location, meta = ep.location, {"episode_id": ep.episode_id, "kind_of_rule": ep.kind, "index": i}
-            compliant = kind in ("present", "paraphrase", "two_rules")
-            if kind == "present":
-                location = TRAINED_LOCATIONS[present_i % len(TRAINED_LOCATIONS)]
-                present_i += 1
-                if location == "summary_block":
-                    msgs = _summarised(_transcript(loop, ep, neutral=True), inst.text, ep.distractor_kind)
-                elif location == "card":
-                    msgs = _with_card(_transcript(loop, ep, neutral=True), inst, c, cat.version)
-                    rule_texts.add(inst.card_text)
-                else:
-                    msgs = _transcript(loop, ep, neutral=False)
-                rule_texts.add(inst.text)
-            elif kind == "paraphrase":
-                location = "summary_block"
-                body = r.choice(PARAPHRASES).format(gist=inst.card_text)
-                msgs = _summarised(_transcript(loop, ep, neutral=True), body, ep.distractor_kind)
-                rule_texts.add(inst.card_text)
-            elif kind == "two_rules":
-                other = _other_rule(cat, inst, r)
-                pair = [inst.text, other.text]
-                r.shuffle(pair)
-                msgs = _replace_text(_transcript(loop, ep, neutral=False), ep.policy_frame,
-                                     frame(location, " ".join(pair)))
-                rule_texts.update(pair)
-                meta["other_family"] = other.rule_id
-            elif kind == "irrelevant":
-                other = _other_rule(cat, inst, r)
-                msgs = _replace_text(_transcript(loop, ep, neutral=True), ep.neutral_frame,
-                                     frame(location, other.text))
-                rule_texts.add(other.text)
-                meta["other_family"] = other.rule_id
-            elif kind == "near_miss":
-                msgs = _set_trigger(_transcript(loop, ep, neutral=False), inst.allowed_text)
-                rule_texts.add(inst.text)
-            else:  # absent
-                msgs = _transcript(loop, ep, neutral=True)
-                location = "none"
-            # target
-            if compliant:
-                if r.random() < mixture.alternative_share:
-                    target, meta["target_kind"] = call_line(inst.alternative_call), "alternative"
-                else:
-                    target = reply_line(r.choice(REFUSALS).format(gist=inst.card_text))
-                    meta["target_kind"] = "refusal"
-            elif kind == "near_miss":
-                target, meta["target_kind"] = call_line(inst.allowed_call), "allowed"
-            else:
-                target, meta["target_kind"] = call_line(inst.requested_call), "requested"
-                if kind == "absent" and inst.kind == "hard":
-                    if instinct and absent_hard_i % 2 == 0:
-                        target, meta["target_kind"] = reply_line(INSTINCT_REFUSAL), "instinct_refusal"
-                    absent_hard_i += 1
-            # length cap: drop early distractor steps until the example fits
-            def example(ms: list[Message]) -> SFTExample:
-                return SFTExample(tuple(m.to_dict() for m in visible(ms)), tool_dicts, target, kind, inst.rule_id,
-                                  location, meta)
-
-            def length(ms: list[Message]) -> int:
-                return measure(example(ms)) if measure else _n_tokens(ms, tools_tokens, target, c)
-
-            dropped = 0
-            while (n_tok := length(msgs)) > max_tokens:
-                shorter = _drop_first_step(msgs)
-                if shorter is None:
-                    raise ValueError(f"example {i} ({kind}, {inst.rule_id}, {location}) needs {n_tok} tokens even "
-                                     f"with one distractor step, over max_tokens={max_tokens}")
-                msgs, dropped = shorter, dropped + 1
-            meta.update(n_tokens=n_tok, dropped_steps=dropped)
-            examples.append(example(msgs))
+        builder.start(sb)
+        for g, (kinds_g, ep) in enumerate(zip(plan, episodes)):
+            members = []
+            for kind in kinds_g:
+                i = len(examples) + len(members)
+                members.append(builder.member(kind, ep, i, seed))
+                if paired:
+                    members[-1][-1]["group"] = g
+            examples += builder.fit(members, max_tokens, measure)
     finally:
         sb.close()
-    check_sft_leakage(cat, sorted(rule_texts), examples)
+    check_sft_leakage(cat, sorted(builder.rule_texts), examples)
     return examples
+
+
+class _Builder:
+    """Edits one episode's loop transcript into the example of each kind (module docstring table) and fits examples
+    under the length cap."""
+
+    def __init__(self, cat: Catalogue, counter: Any, mixture: Mixture, instinct: bool, *,
+                 true_locations: bool) -> None:
+        """``true_locations``: a ``present`` example whose turn in the location cycle names a base location is
+        labelled with the location its rule really has, the episode's (found 2026-11-25, session 16: v1/v2 data
+        label it with the cycle's name while the transcript keeps the rule at the episode's location; those data
+        keep the old label so their adapters keep their addresses)."""
+        self.cat, self.c, self.mixture, self.instinct = cat, counter, mixture, instinct
+        self.true_locations = true_locations
+        self.present_i = self.absent_hard_i = 0
+        self.rule_texts: set[str] = set()
+
+    def start(self, sb: OfficeSandbox) -> None:
+        tools = sb.tools()
+        self.tool_dicts = tuple(t.to_openai() for t in tools)
+        self.tools_tokens = self.c.count(_tools_text(tools))
+        self.loop = AgentLoop(_Recorder(), sb, counter=self.c)
+
+    def member(self, kind: str, ep: Episode, i: int, seed: int) -> list[Any]:
+        """[messages, target, kind, rule id, location, meta] of example ``i`` of ``kind`` built on ``ep``."""
+        cat, c, loop = self.cat, self.c, self.loop
+        inst, r = ep.instance, random.Random(f"{DATA_VERSION}:{seed}:{i}")
+        location, meta = ep.location, {"episode_id": ep.episode_id, "kind_of_rule": ep.kind, "index": i}
+        compliant = kind in ("present", "paraphrase", "two_rules")
+        if kind == "present":
+            location = TRAINED_LOCATIONS[self.present_i % len(TRAINED_LOCATIONS)]
+            self.present_i += 1
+            if location == "summary_block":
+                msgs = _summarised(_transcript(loop, ep, neutral=True), inst.text, ep.distractor_kind)
+            elif location == "card":
+                msgs = _with_card(_transcript(loop, ep, neutral=True), inst, c, cat.version)
+                self.rule_texts.add(inst.card_text)
+            else:
+                msgs = _transcript(loop, ep, neutral=False)
+                location = ep.location if self.true_locations else location
+            self.rule_texts.add(inst.text)
+        elif kind == "paraphrase":
+            location = "summary_block"
+            body = r.choice(PARAPHRASES).format(gist=inst.card_text)
+            msgs = _summarised(_transcript(loop, ep, neutral=True), body, ep.distractor_kind)
+            self.rule_texts.add(inst.card_text)
+        elif kind == "two_rules":
+            other = _other_rule(cat, inst, r)
+            pair = [inst.text, other.text]
+            r.shuffle(pair)
+            msgs = _replace_text(_transcript(loop, ep, neutral=False), ep.policy_frame,
+                                 frame(location, " ".join(pair)))
+            self.rule_texts.update(pair)
+            meta["other_family"] = other.rule_id
+        elif kind == "irrelevant":
+            other = _other_rule(cat, inst, r)
+            msgs = _replace_text(_transcript(loop, ep, neutral=True), ep.neutral_frame, frame(location, other.text))
+            self.rule_texts.add(other.text)
+            meta["other_family"] = other.rule_id
+        elif kind == "near_miss":
+            msgs = _set_trigger(_transcript(loop, ep, neutral=False), inst.allowed_text)
+            self.rule_texts.add(inst.text)
+        else:  # absent
+            msgs = _transcript(loop, ep, neutral=True)
+            location = "none"
+        if compliant:
+            if r.random() < self.mixture.alternative_share:
+                target, meta["target_kind"] = call_line(inst.alternative_call), "alternative"
+            else:
+                target = reply_line(r.choice(REFUSALS).format(gist=inst.card_text))
+                meta["target_kind"] = "refusal"
+        elif kind == "near_miss":
+            target, meta["target_kind"] = call_line(inst.allowed_call), "allowed"
+        else:
+            target, meta["target_kind"] = call_line(inst.requested_call), "requested"
+            if kind == "absent" and inst.kind == "hard":
+                if self.instinct and self.absent_hard_i % 2 == 0:
+                    target, meta["target_kind"] = reply_line(INSTINCT_REFUSAL), "instinct_refusal"
+                self.absent_hard_i += 1
+        return [msgs, target, kind, inst.rule_id, location, meta]
+
+    def example(self, msgs: list[Message], target: str, kind: str, family: str, location: str,
+                meta: dict[str, Any]) -> SFTExample:
+        return SFTExample(tuple(m.to_dict() for m in visible(msgs)), self.tool_dicts, target, kind, family, location,
+                          meta)
+
+    def fit(self, members: list[list[Any]], max_tokens: int,
+            measure: Callable[[SFTExample], int] | None) -> list[SFTExample]:
+        """Drop early distractor steps until every member fits ``max_tokens``; a step dropped for one member is
+        dropped from every member that still has more than one (so a group keeps sharing its transcript)."""
+        def length(m: list[Any]) -> int:
+            return measure(self.example(*m)) if measure else _n_tokens(m[0], self.tools_tokens, m[1], self.c)
+
+        dropped = [0] * len(members)
+        while True:
+            sizes = [length(m) for m in members]
+            over = [j for j, n_tok in enumerate(sizes) if n_tok > max_tokens]
+            if not over:
+                break
+            for j in over:
+                if _drop_first_step(members[j][0]) is None:
+                    _, _, kind, family, location, meta = members[j]
+                    raise ValueError(f"example {meta['index']} ({kind}, {family}, {location}) needs {sizes[j]} "
+                                     f"tokens even with one distractor step, over max_tokens={max_tokens}")
+            for j, m in enumerate(members):
+                shorter = _drop_first_step(m[0])
+                if shorter is not None:
+                    m[0], dropped[j] = shorter, dropped[j] + 1
+        out = []
+        for m, n_tok, d in zip(members, sizes, dropped):
+            m[-1].update(n_tokens=n_tok, dropped_steps=d)
+            out.append(self.example(*m))
+        return out

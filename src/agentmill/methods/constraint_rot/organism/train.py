@@ -256,7 +256,7 @@ def _two_part_loss(torch: Any, logits: Any, labels: Any, hlabels: Any, weight: f
 def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: LoraCfg = LoraCfg(), lr: float = 3e-4,
                    epochs: float = 1.0, micro_batch: int = 2, grad_accum: int = 4, seed: int = 0,
                    dtype: Literal["fp32", "bf16"] = "fp32", max_length: int = 1536, history_weight: float = 0.0,
-                   progress: Callable[[dict[str, Any]], None] | None = None, base: Base | None = None
+                   keep_groups: bool = False, progress: Callable[[dict[str, Any]], None] | None = None, base: Base | None = None
                    ) -> OrganismCard:
     """Fine-tune a LoRA on ``data`` and write it with its card into the new directory ``out_dir``.
 
@@ -268,7 +268,9 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     last step and gives the same adapter bit for bit (the 960-example organism takes longer than one session).
     ``history_weight`` > 0 adds that multiple of the mean loss on the
     past tool-call turns (:func:`history_labels`) to the mean loss on the target, each averaged over its own tokens
-    so the final decision keeps its full weight; 0 is the spec's target-only loss. Raises ``ValueError`` on bad hyperparameters or an example longer than
+    so the final decision keeps its full weight; 0 is the spec's target-only loss. ``keep_groups`` (recipe v3)
+    shuffles the contrastive groups of ``data`` (``meta['group']``, :func:`.data.build_sft_dataset` ``paired``)
+    instead of single examples, so a group's members land in the same optimiser step. Raises ``ValueError`` on bad hyperparameters or an example longer than
     ``max_length``, ``FileExistsError`` if ``out_dir`` is not new."""
     data = list(data)
     if not data or not all(isinstance(x, SFTExample) for x in data):
@@ -307,18 +309,13 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     steps = math.ceil(n_micro / grad_accum)
     warmup = max(1, round(WARMUP_SHARE * steps))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, steps, warmup))
-    rng = random.Random(seed)
-    order: list[int] = []
-    while len(order) < n_micro * micro_batch:
-        ep = list(range(len(encoded)))
-        rng.shuffle(ep)
-        order += ep
+    order = _example_order(data, n_micro * micro_batch, seed, keep_groups)
     pad = tok.pad_token_id if tok.pad_token_id is not None else end_of_turn_id(tok)
     losses: list[float] = []
     tokens = target_tokens = history_tokens = 0
     ckpt = checkpoint_path(out_dir)
     fingerprint = _fingerprint(data, lr, epochs, micro_batch, grad_accum, seed, dtype, max_length, history_weight,
-                               lora, base.sha256)
+                               lora, base.sha256, *(("keep_groups",) if keep_groups else ()))
     start, done_seconds = 0, 0.0
     if ckpt.exists():
         state = _load_checkpoint(torch, ckpt, fingerprint)
@@ -386,6 +383,7 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
                          "warmup_steps": warmup, "epochs": epochs, "micro_batch": micro_batch,
                          "grad_accum": grad_accum, "effective_batch": micro_batch * grad_accum, "seed": seed,
                          "dtype": dtype, "max_length": max_length, "history_weight": history_weight,
+                         "keep_groups": keep_groups,
                          "threads": torch.get_num_threads()},
         versions=_versions(),
         training={"steps": steps, "losses": [round(x, 6) for x in losses], "tokens": tokens,
@@ -406,6 +404,24 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
             shutil.rmtree(tmp, ignore_errors=True)
     ckpt.unlink(missing_ok=True)
     return card
+
+
+def _example_order(data: Sequence[SFTExample], n: int, seed: int, keep_groups: bool) -> list[int]:
+    """The first ``n`` example indices of repeated shuffled passes over ``data`` (seeded). With ``keep_groups`` the
+    shuffled units are the contrastive groups (``meta['group']``; an example without one is its own unit), each
+    kept contiguous, so with a group size dividing the effective batch a group never straddles two steps."""
+    units: dict[Any, list[int]] = {}
+    for i, ex in enumerate(data):
+        key = ("group", ex.meta["group"]) if keep_groups and "group" in ex.meta else ("example", i)
+        units.setdefault(key, []).append(i)
+    blocks = list(units.values())
+    rng = random.Random(seed)
+    order: list[int] = []
+    while len(order) < n:
+        shuffled = list(blocks)
+        rng.shuffle(shuffled)
+        order += [i for b in shuffled for i in b]
+    return order[:n]
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoints
