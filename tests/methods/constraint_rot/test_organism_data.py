@@ -236,3 +236,31 @@ def test_paired_truncates_the_last_group_and_is_deterministic(cat, paired16):
     assert [e.to_json() for e in ten] == [e.to_json() for e in paired16[:10]]
     plain = build_sft_dataset(cat, n=16, seed=0, counter=WhitespaceCounter(), max_tokens=CAP)
     assert "group" not in plain[0].meta and manifest_hash(plain) != manifest_hash(paired16)
+
+
+def test_leakage_guard_on_the_other_familys_values(cat):
+    """An ``irrelevant``/``two_rules`` request is built from its own family only: a short test-only value of the
+    other family there is a coincidence (found building recipe v3: '40'), a distinctive one is still refused, and
+    the own family's short values are refused as before."""
+    from agentmill.methods.constraint_rot.organism.data import _distinctive, test_only_values
+
+    def pick(distinctive: bool) -> tuple[str, str]:
+        for f in cat.families():
+            vals = sorted(v for v in test_only_values(cat, [f.id]) if _distinctive(v) == distinctive)
+            if vals:
+                return f.id, vals[0]
+        raise AssertionError("catalogue has no such test-only value")
+
+    (short_fam, short), (long_fam, long) = pick(False), pick(True)
+    own = next(f.id for f in cat.families() if f.id not in (short_fam, long_fam)
+               and short not in test_only_values(cat, [f.id]) and long not in test_only_values(cat, [f.id]))
+
+    def ex(request: str, family: str, other: str) -> SFTExample:
+        return SFTExample(({"role": "user", "content": request},), (), "REPLY ok", "irrelevant", family, "system",
+                          {"other_family": other})
+
+    check_sft_leakage(cat, [], [ex(f"Please pay the {short} invoice.", own, short_fam)])
+    with pytest.raises(LeakageError, match=re.escape(long)):
+        check_sft_leakage(cat, [], [ex(f"Please send {long} now.", own, long_fam)])
+    with pytest.raises(LeakageError, match="test-only value"):
+        check_sft_leakage(cat, [], [ex(f"Please pay the {short} invoice.", short_fam, own)])

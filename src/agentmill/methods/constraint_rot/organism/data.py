@@ -297,7 +297,10 @@ def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Seque
     """Raise :class:`LeakageError` on train/test overlap (pitfall 14):
 
     - a rule sentence used for SFT shares a word ``n``-gram with a rendered test_iid / test_ood_family rule sentence;
-    - a test-only parameter value of the example's own families occurs (as a whole word) in its request or target;
+    - a test-only parameter value of the example's own family occurs (as a whole word) in its request or target, or
+      a distinctive one of the other family whose rule it carries (``irrelevant``, ``two_rules``: the request is
+      built from the own family's parameters only, so a short value such as ``40`` of the other family's test pool
+      there is a coincidence, not leakage; that rule's sentence itself is checked in full above);
     - a distinctive test-only value (:func:`_distinctive`) of any family occurs in an SFT rule sentence.
 
     Tool outputs are not checked: the office fixtures are split-independent (e.g. ``projects/ember/notes.md``
@@ -312,8 +315,10 @@ def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Seque
         if distinctive is not None and (m := distinctive.search(text)):
             raise LeakageError(f"SFT rule sentence contains the test-only value {m.group(0)!r}: {text!r}")
     for i, ex in enumerate(examples):
-        own = [ex.family] + ([ex.meta["other_family"]] if "other_family" in ex.meta else [])
-        every = _value_pattern(test_only_values(cat, own))
+        values = test_only_values(cat, [ex.family])
+        if "other_family" in ex.meta:
+            values |= {v for v in test_only_values(cat, [ex.meta["other_family"]]) if _distinctive(v)}
+        every = _value_pattern(values)
         request = ex.messages[-1].get("content", "") if ex.messages else ""
         for where, text, pat in (("request", request, every), ("target", ex.target, every)):
             if pat is not None and (m := pat.search(text)):
