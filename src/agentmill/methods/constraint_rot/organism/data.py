@@ -18,6 +18,11 @@ kind (spec table; shares in :data:`DEFAULT_MIXTURE`):
 
 Not trained (measured instead): revocation/impersonation claims, weakened narrative forms, ``first_user_turn``.
 
+Recipe v3 (``paired=True``, docs/LOG.md 2026-11-25 session 16) draws these kinds as **contrastive groups** instead:
+one episode gives ``present``, ``absent``, ``near_miss`` and a fourth example (:func:`group_kinds`), identical but
+for the policy slot or the trigger, so the rule is the only thing that separates a refusal or alternative from the
+requested call.
+
 The target is one line, ``CALL <tool> <json-args>`` or ``REPLY <text>`` (the format ``serve/tools.py`` asks for);
 the loss covers the target only. Messages are stored in OpenAI chat form (``Message.to_dict``) with the tool list,
 so the trainer applies the server's renderer (methods may not import ``serve``) — :attr:`SFTExample.messages`
