@@ -22,7 +22,8 @@
                                             [--lr X] [--history-weight W] [--no-paired]
                                             (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
-    agentmill constraint-rot organism validate DIR [--n-per-cell 150]   G1-G6 table; report into the card
+    agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train]
+                                      G1-G6 table; report into the card (train: a diagnostic beside it)
 
 A thin face over ``agentmill.methods.constraint_rot``. Bad input (a malformed catalogue or registry, an unknown
 compactor or option, a bad condition, a missing file, resuming into results of another catalogue or prereg) exits
@@ -1044,10 +1045,14 @@ def cmd_organism_validate(args: argparse.Namespace) -> int:
     cat = _catalogue(args.path)
     actor = organism_actor(adapter, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
     report = validate_organism(adapter, cat, n_per_cell=args.n_per_cell, seed=args.seed, actor=actor,
-                               counter=_counter(args.counter))
+                               counter=_counter(args.counter), split=args.split)
     print("\n".join(gate_table(report)))
     note = " (low_n: fewer than 150 per cell)" if report.low_n else ""
     print(f"{report.n_per_cell} episodes per cell{note}; prereg sha256 {report.prereg_sha256}")
+    if args.split != "test_iid":
+        print(f"diagnostic on {args.split} episodes (not the gates): written to "
+              f"{adapter / f'validation_{args.split}.json'}; the card is unchanged")
+        return 0
     print(f"validated: {str(report.validated).lower()}; report written to {adapter / 'organism_card.json'}")
     if not report.validated:
         failed = [g.id for g in report.gates if not g.passed]
@@ -1234,6 +1239,9 @@ def register(sub) -> None:
     v.add_argument("dir", help="adapter directory (holds organism_card.json)")
     v.add_argument("--n-per-cell", type=int, default=150, help="episodes per cell (spec: >= 150 full, >= 60 quick)")
     v.add_argument("--seed", type=int, default=1, help="episode seed of the held-out cells")
+    v.add_argument("--split", choices=("test_iid", "train"), default="test_iid",
+                   help="test_iid = the gates (written into the card); train = diagnostic on fresh train-split "
+                        "episodes, written to validation_train.json beside the card")
     v.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="inference dtype")
     v.add_argument("--max-new-tokens", type=int, default=160, help="decode budget per decision")
     v.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for episode generation")

@@ -79,3 +79,37 @@ def test_instinct_card_gates_hard_absent_separately(tmp_path) -> None:
     soft = rep.gate("G2")
     assert soft.n + hard.n == N and hard.n > 0
     assert hard.value == 1.0 and not hard.passed and not rep.validated   # the stub has no instinct
+
+
+class Memoriser(Stub):
+    """Obeys only rules phrased as in training (a train-split instance): what a model that learned the training
+    sentences, not the rule, would do."""
+
+    def act(self, messages, tools=()):  # type: ignore[no-untyped-def]
+        inst = self.brief.instance
+        text = "\n".join(m.content for m in messages)
+        req = self.brief.request_call
+        obey = inst.split == "train" and inst.text in text and inst.violates(req)
+        call = inst.alternative_call if obey else req
+        return Action.call(ToolCall("c1", call.name, dict(call.arguments)))
+
+
+def test_train_split_diagnostic_never_touches_the_card(tmp_path) -> None:
+    import json
+
+    import pytest
+
+    d = card_dir(tmp_path)
+    held = validate_organism(d, CAT, n_per_cell=N, actor=Memoriser(), counter=WhitespaceCounter())
+    assert held.gate("G1").k == N and not held.validated  # test_iid phrasings: it never obeys
+    before = (d / "organism_card.json").read_text()
+    train = validate_organism(d, CAT, n_per_cell=N, actor=Memoriser(), counter=WhitespaceCounter(), split="train")
+    assert train.gate("G1").k == 0 and train.gate("G2").k == N and train.validated  # training phrasings: it obeys
+    assert (d / "organism_card.json").read_text() == before  # the gates stay the test_iid ones
+    rep = json.loads((d / "validation_train.json").read_text())
+    assert rep["split"] == "train" and rep["validated"] is True and rep["gates"][0]["k"] == 0
+    rows = [json.loads(x) for x in (d / "validation_rows_train.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * N and {r["split"] for r in rows} == {"train"}
+    assert {json.loads(x)["split"] for x in (d / "validation_rows.jsonl").read_text().splitlines()} == {"test_iid"}
+    with pytest.raises(ValueError, match="split"):
+        validate_organism(d, CAT, n_per_cell=N, actor=Memoriser(), counter=WhitespaceCounter(), split="dev")

@@ -16,6 +16,12 @@ Thresholds and directions are read from ``prereg.yaml`` (claim CR-2), never rest
 under 150 episodes per cell (quick runs use ≥ 60). The report and ``validated`` are written into the card; the
 adapter files are not touched. The actor decides one action per trigger (``max_steps_per_turn=1``): the organism is
 trained on exactly that decision.
+
+``split="train"`` runs the same cells on fresh **train-split** episodes (the phrasings and parameter values the SFT
+data used, other episodes) as a diagnostic: the gap between it and test_iid separates "never learned to read the
+rule" from "learned the training sentences only" (docs/LOG.md 2026-11-25, session 16). Its report goes to
+``validation_train.json`` beside the card and never into the card's validation slot: gates are judged on test_iid
+only.
 """
 
 from __future__ import annotations
@@ -77,16 +83,16 @@ class ValidationReport:
                 "prereg_sha256": self.prereg_sha256, "instinct": self.instinct, "validated": self.validated}
 
 
-def _irrelevant(cat: Catalogue, ep: Episode, rng: random.Random) -> Episode:
-    """``ep`` with another test_iid family's rule (forbidding none of ``ep``'s calls) in the policy slot."""
+def _irrelevant(cat: Catalogue, ep: Episode, rng: random.Random, split: str = "test_iid") -> Episode:
+    """``ep`` with another ``split`` family's rule (forbidding none of ``ep``'s calls) in the policy slot."""
     inst = ep.instance
-    fams = [f for f in cat.families(split="test_iid") if f.id != inst.rule_id]
+    fams = [f for f in cat.families(split=split) if f.id != inst.rule_id]
     rng.shuffle(fams)
     for f in fams:
-        other = instantiate(f, "test_iid", rng.randrange(2**31))
+        other = instantiate(f, split, rng.randrange(2**31))
         if not any(other.violates(c) for c in (inst.requested_call, inst.alternative_call, inst.allowed_call)):
             return replace(ep, policy_frame=frame(ep.location, other.text))
-    raise ValueError(f"no other test_iid family leaves the calls of {inst.rule_id!r} allowed")
+    raise ValueError(f"no other {split} family leaves the calls of {inst.rule_id!r} allowed")
 
 
 def _expected(inst: RuleInstance, cell: str) -> tuple[Any, tuple[str, ...]]:
@@ -135,24 +141,29 @@ def gates_from_rows(rows: dict[str, list[tuple[Episode, dict[str, Any]]]], prere
 
 
 def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: int = FULL_N, seed: int = 1,
-                      actor: Any = None, prereg: Prereg | None = None, counter: Any = None) -> ValidationReport:
-    """Run the four cells on test_iid episodes, compute G1–G6 and write the report and ``validated`` into the
-    adapter's card. ``actor`` defaults to ``OrganismActor(adapter_dir)`` (tests inject a stub); ``counter``
-    counts tokens for episode generation (default SmolLM2)."""
+                      actor: Any = None, prereg: Prereg | None = None, counter: Any = None,
+                      split: str = "test_iid") -> ValidationReport:
+    """Run the four cells on ``split`` episodes and compute G1–G6. For test_iid (the gates) the report and
+    ``validated`` go into the adapter's card and the rows into ``validation_rows.jsonl``; for the ``train``
+    diagnostic (module docstring) into ``validation_train.json`` and ``validation_rows_train.jsonl`` only.
+    ``actor`` defaults to ``OrganismActor(adapter_dir)`` (tests inject a stub); ``counter`` counts tokens for
+    episode generation (default SmolLM2)."""
     if isinstance(n_per_cell, bool) or not isinstance(n_per_cell, int) or n_per_cell < 1:
         raise ValueError(f"n_per_cell must be a positive int, got {n_per_cell!r}")
+    if split not in ("test_iid", "train"):
+        raise ValueError(f"split must be 'test_iid' (the gates) or 'train' (the diagnostic), got {split!r}")
     adapter_dir = Path(adapter_dir)
     card = OrganismCard.load(adapter_dir)
     prereg = prereg or load_prereg()
     if actor is None:
         from agentmill.methods.constraint_rot.actors.organism import OrganismActor
         actor = OrganismActor(adapter_dir)
-    common = {"split": "test_iid", "n": n_per_cell, "locations": BASE_LOCATIONS,
+    common = {"split": split, "n": n_per_cell, "locations": BASE_LOCATIONS,
               "distractor_tokens": SFT_DISTRACTOR_TOKENS, "early_probe": 0.0, "counter": counter}
     trig = generate_episodes(cat, seed=seed, **common)
     near = generate_episodes(cat, seed=seed + 1, allowed_share=1.0, **common)
     rng = random.Random(f"cr-validate:{seed}")
-    irr = [_irrelevant(cat, ep, rng) for ep in trig]
+    irr = [_irrelevant(cat, ep, rng, split) for ep in trig]
     plan = {"present": (trig, full_context()), "absent": (trig, never_stated()),
             "near_miss": (near, full_context()), "irrelevant": (irr, full_context())}
     rows: dict[str, list[tuple[Episode, dict[str, Any]]]] = {}
@@ -168,6 +179,11 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
     report = ValidationReport(gates_from_rows(rows, prereg, instinct=card.instinct), n_per_cell,
                               n_per_cell < FULL_N, prereg.sha256, card.instinct,
                               {c: [r for _, r in v] for c, v in rows.items()})
+    if split != "test_iid":
+        save_rows(adapter_dir, report.rows, f"validation_rows_{split}.jsonl")
+        write_text_atomic(adapter_dir / f"validation_{split}.json",
+                          json.dumps({**report.to_dict(), "split": split, "seed": seed}, indent=2) + "\n")
+        return report
     card.validation, card.validated = report.to_dict(), report.validated
     save_rows(adapter_dir, report.rows)
     card.save(adapter_dir)
@@ -177,9 +193,9 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
 ROWS_FILE = "validation_rows.jsonl"
 
 
-def save_rows(adapter_dir: str | Path, rows: dict[str, list[dict[str, Any]]]) -> Path:
+def save_rows(adapter_dir: str | Path, rows: dict[str, list[dict[str, Any]]], name: str = ROWS_FILE) -> Path:
     """Every validation row (cell, episode, the organism's tool calls, the grader's outcome) beside the card, so a
     failed gate can be diagnosed without decoding the 240 episodes again. Written atomically; replaced by the
     next validation of the same adapter, like the card's validation slot."""
     lines = [json.dumps({"cell": cell, **row}, sort_keys=True, default=str) for cell, rs in rows.items() for row in rs]
-    return write_text_atomic(Path(adapter_dir) / ROWS_FILE, "".join(line + "\n" for line in lines))
+    return write_text_atomic(Path(adapter_dir) / name, "".join(line + "\n" for line in lines))
