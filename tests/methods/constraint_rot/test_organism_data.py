@@ -240,13 +240,16 @@ def test_paired_truncates_the_last_group_and_is_deterministic(cat, paired16):
 
 def test_leakage_guard_on_the_other_familys_values(cat):
     """An ``irrelevant``/``two_rules`` request is built from its own family only: a short test-only value of the
-    other family there is a coincidence (found building recipe v3: '40'), a distinctive one is still refused, and
-    the own family's short values are refused as before."""
+    other family there is a coincidence (found building recipe v3: '40'), and so is one that another family uses in
+    training ('T-1004'); a distinctive value held out everywhere is still refused, and the own family's short values
+    are refused as before."""
     from agentmill.methods.constraint_rot.organism.data import _distinctive, test_only_values
+
+    held = test_only_values(cat)
 
     def pick(distinctive: bool) -> tuple[str, str]:
         for f in cat.families():
-            vals = sorted(v for v in test_only_values(cat, [f.id]) if _distinctive(v) == distinctive)
+            vals = sorted(v for v in test_only_values(cat, [f.id]) & held if _distinctive(v) == distinctive)
             if vals:
                 return f.id, vals[0]
         raise AssertionError("catalogue has no such test-only value")
@@ -264,3 +267,6 @@ def test_leakage_guard_on_the_other_familys_values(cat):
         check_sft_leakage(cat, [], [ex(f"Please send {long} now.", own, long_fam)])
     with pytest.raises(LeakageError, match="test-only value"):
         check_sft_leakage(cat, [], [ex(f"Please pay the {short} invoice.", short_fam, own)])
+    # tickets.no_delete holds T-1004 out (test_iid); sales.discount_tier trains on it: not leakage in its request
+    assert "T-1004" in test_only_values(cat, ["tickets.no_delete"]) and "T-1004" not in held
+    check_sft_leakage(cat, [], [ex("Apply the discount on T-1004.", "sales.discount_tier", "tickets.no_delete")])

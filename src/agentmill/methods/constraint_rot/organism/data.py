@@ -303,9 +303,10 @@ def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Seque
 
     - a rule sentence used for SFT shares a word ``n``-gram with a rendered test_iid / test_ood_family rule sentence;
     - a test-only parameter value of the example's own family occurs (as a whole word) in its request or target, or
-      a distinctive one of the other family whose rule it carries (``irrelevant``, ``two_rules``: the request is
-      built from the own family's parameters only, so a short value such as ``40`` of the other family's test pool
-      there is a coincidence, not leakage; that rule's sentence itself is checked in full above);
+      a distinctive one of the other family whose rule it carries (``irrelevant``, ``two_rules``) that no family
+      uses outside its test pools. The request is built from the own family's parameters only, so a short value
+      such as ``40``, or a value such as ``T-1004`` that is the own family's train value and the other family's
+      test value, is a coincidence there, not leakage; that rule's sentence itself is checked in full above;
     - a distinctive test-only value (:func:`_distinctive`) of any family occurs in an SFT rule sentence.
 
     Tool outputs are not checked: the office fixtures are split-independent (e.g. ``projects/ember/notes.md``
@@ -319,10 +320,12 @@ def check_sft_leakage(cat: Catalogue, rule_texts: Iterable[str], examples: Seque
     for text in rule_texts:
         if distinctive is not None and (m := distinctive.search(text)):
             raise LeakageError(f"SFT rule sentence contains the test-only value {m.group(0)!r}: {text!r}")
+    held_everywhere = test_only_values(cat)
     for i, ex in enumerate(examples):
         values = test_only_values(cat, [ex.family])
         if "other_family" in ex.meta:
-            values |= {v for v in test_only_values(cat, [ex.meta["other_family"]]) if _distinctive(v)}
+            values |= {v for v in test_only_values(cat, [ex.meta["other_family"]]) & held_everywhere
+                       if _distinctive(v)}
         every = _value_pattern(values)
         request = ex.messages[-1].get("content", "") if ex.messages else ""
         for where, text, pat in (("request", request, every), ("target", ex.target, every)):
