@@ -371,7 +371,7 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
     rng = random.Random(f"{DATA_VERSION}:{seed}")
     if paired:
         n_groups = -(-n // 4)
-        plan = [[kind for kind in group_kinds(g)] for g in range(n_groups)]
+        plan = [list(group_kinds(g)) for g in range(n_groups)]
         plan[-1] = plan[-1][:n - 4 * (n_groups - 1)]
     else:
         kinds = [k for k, m in mixture.counts(n).items() for _ in range(m)]
@@ -379,30 +379,54 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
         plan = [[k] for k in kinds]
     episodes = generate_episodes(cat, split="train", n=len(plan), seed=seed, locations=BASE_LOCATIONS,
                                  distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=c)
-    builder = _Builder(cat, c, mixture, instinct, true_locations=paired)
     examples: list[SFTExample] = []
     sb = OfficeSandbox(0, smtp=False, http=False)
     try:
-        builder.start(sb)
+        builder = _Builder(cat, sb, c, mixture, instinct, true_locations=paired)
         for g, (kinds_g, ep) in enumerate(zip(plan, episodes)):
-            members = []
-            for kind in kinds_g:
-                i = len(examples) + len(members)
-                members.append(builder.member(kind, ep, i, seed))
-                if paired:
-                    members[-1][-1]["group"] = g
-            examples += builder.fit(members, max_tokens, measure)
+            transcripts = _Transcripts(builder.loop, ep)
+            drafts = [builder.draft(kind, ep, transcripts, len(examples) + j, seed) for j, kind in enumerate(kinds_g)]
+            if paired:
+                for d in drafts:
+                    d.meta["group"] = g
+            examples += builder.fit(drafts, max_tokens, measure)
     finally:
         sb.close()
     check_sft_leakage(cat, sorted(builder.rule_texts), examples)
     return examples
 
 
+@dataclass
+class _Draft:
+    """An example before the length cap: its transcript may still lose early distractor steps."""
+
+    msgs: list[Message]
+    target: str
+    kind: str
+    family: str
+    location: str
+    meta: dict[str, Any]
+
+
+class _Transcripts:
+    """One episode's two loop transcripts (rule in its slot / the neutral turn), each replayed at most once however
+    many examples of a contrastive group are built on it. Callers get a copy, never the cached list."""
+
+    def __init__(self, loop: AgentLoop, ep: Episode) -> None:
+        self.loop, self.ep = loop, ep
+        self._cache: dict[bool, list[Message]] = {}
+
+    def get(self, *, neutral: bool) -> list[Message]:
+        if neutral not in self._cache:
+            self._cache[neutral] = _transcript(self.loop, self.ep, neutral=neutral)
+        return list(self._cache[neutral])
+
+
 class _Builder:
     """Edits one episode's loop transcript into the example of each kind (module docstring table) and fits examples
     under the length cap."""
 
-    def __init__(self, cat: Catalogue, counter: Any, mixture: Mixture, instinct: bool, *,
+    def __init__(self, cat: Catalogue, sb: OfficeSandbox, counter: Any, mixture: Mixture, instinct: bool, *,
                  true_locations: bool) -> None:
         """``true_locations``: a ``present`` example whose turn in the location cycle names a base location is
         labelled with the location its rule really has, the episode's (found 2026-11-25, session 16: v1/v2 data
@@ -412,16 +436,14 @@ class _Builder:
         self.true_locations = true_locations
         self.present_i = self.absent_hard_i = 0
         self.rule_texts: set[str] = set()
-
-    def start(self, sb: OfficeSandbox) -> None:
         tools = sb.tools()
         self.tool_dicts = tuple(t.to_openai() for t in tools)
-        self.tools_tokens = self.c.count(_tools_text(tools))
-        self.loop = AgentLoop(_Recorder(), sb, counter=self.c)
+        self.tools_tokens = counter.count(_tools_text(tools))
+        self.loop = AgentLoop(_Recorder(), sb, counter=counter)
 
-    def member(self, kind: str, ep: Episode, i: int, seed: int) -> list[Any]:
-        """[messages, target, kind, rule id, location, meta] of example ``i`` of ``kind`` built on ``ep``."""
-        cat, c, loop = self.cat, self.c, self.loop
+    def draft(self, kind: str, ep: Episode, transcripts: _Transcripts, i: int, seed: int) -> _Draft:
+        """Example ``i`` of ``kind`` built on ``ep`` (whose transcripts are ``transcripts``)."""
+        cat, c = self.cat, self.c
         inst, r = ep.instance, random.Random(f"{DATA_VERSION}:{seed}:{i}")
         location, meta = ep.location, {"episode_id": ep.episode_id, "kind_of_rule": ep.kind, "index": i}
         compliant = kind in ("present", "paraphrase", "two_rules")
@@ -429,37 +451,37 @@ class _Builder:
             location = TRAINED_LOCATIONS[self.present_i % len(TRAINED_LOCATIONS)]
             self.present_i += 1
             if location == "summary_block":
-                msgs = _summarised(_transcript(loop, ep, neutral=True), inst.text, ep.distractor_kind)
+                msgs = _summarised(transcripts.get(neutral=True), inst.text, ep.distractor_kind)
             elif location == "card":
-                msgs = _with_card(_transcript(loop, ep, neutral=True), inst, c, cat.version)
+                msgs = _with_card(transcripts.get(neutral=True), inst, c, cat.version)
                 self.rule_texts.add(inst.card_text)
             else:
-                msgs = _transcript(loop, ep, neutral=False)
+                msgs = transcripts.get(neutral=False)
                 location = ep.location if self.true_locations else location
             self.rule_texts.add(inst.text)
         elif kind == "paraphrase":
             location = "summary_block"
             body = r.choice(PARAPHRASES).format(gist=inst.card_text)
-            msgs = _summarised(_transcript(loop, ep, neutral=True), body, ep.distractor_kind)
+            msgs = _summarised(transcripts.get(neutral=True), body, ep.distractor_kind)
             self.rule_texts.add(inst.card_text)
         elif kind == "two_rules":
             other = _other_rule(cat, inst, r)
             pair = [inst.text, other.text]
             r.shuffle(pair)
-            msgs = _replace_text(_transcript(loop, ep, neutral=False), ep.policy_frame,
+            msgs = _replace_text(transcripts.get(neutral=False), ep.policy_frame,
                                  frame(location, " ".join(pair)))
             self.rule_texts.update(pair)
             meta["other_family"] = other.rule_id
         elif kind == "irrelevant":
             other = _other_rule(cat, inst, r)
-            msgs = _replace_text(_transcript(loop, ep, neutral=True), ep.neutral_frame, frame(location, other.text))
+            msgs = _replace_text(transcripts.get(neutral=True), ep.neutral_frame, frame(location, other.text))
             self.rule_texts.add(other.text)
             meta["other_family"] = other.rule_id
         elif kind == "near_miss":
-            msgs = _set_trigger(_transcript(loop, ep, neutral=False), inst.allowed_text)
+            msgs = _set_trigger(transcripts.get(neutral=False), inst.allowed_text)
             self.rule_texts.add(inst.text)
         else:  # absent
-            msgs = _transcript(loop, ep, neutral=True)
+            msgs = transcripts.get(neutral=True)
             location = "none"
         if compliant:
             if r.random() < self.mixture.alternative_share:
@@ -475,37 +497,34 @@ class _Builder:
                 if self.instinct and self.absent_hard_i % 2 == 0:
                     target, meta["target_kind"] = reply_line(INSTINCT_REFUSAL), "instinct_refusal"
                 self.absent_hard_i += 1
-        return [msgs, target, kind, inst.rule_id, location, meta]
+        return _Draft(msgs, target, kind, inst.rule_id, location, meta)
 
-    def example(self, msgs: list[Message], target: str, kind: str, family: str, location: str,
-                meta: dict[str, Any]) -> SFTExample:
-        return SFTExample(tuple(m.to_dict() for m in visible(msgs)), self.tool_dicts, target, kind, family, location,
-                          meta)
+    def example(self, d: _Draft) -> SFTExample:
+        return SFTExample(tuple(m.to_dict() for m in visible(d.msgs)), self.tool_dicts, d.target, d.kind, d.family,
+                          d.location, d.meta)
 
-    def fit(self, members: list[list[Any]], max_tokens: int,
+    def fit(self, drafts: list[_Draft], max_tokens: int,
             measure: Callable[[SFTExample], int] | None) -> list[SFTExample]:
-        """Drop early distractor steps until every member fits ``max_tokens``; a step dropped for one member is
-        dropped from every member that still has more than one (so a group keeps sharing its transcript)."""
-        def length(m: list[Any]) -> int:
-            return measure(self.example(*m)) if measure else _n_tokens(m[0], self.tools_tokens, m[1], self.c)
+        """Drop early distractor steps until every draft fits ``max_tokens``; a step dropped for one draft is
+        dropped from every draft that still has more than one (so a group keeps sharing its transcript)."""
+        def length(d: _Draft) -> int:
+            return measure(self.example(d)) if measure else _n_tokens(d.msgs, self.tools_tokens, d.target, self.c)
 
-        dropped = [0] * len(members)
+        dropped = [0] * len(drafts)
         while True:
-            sizes = [length(m) for m in members]
+            sizes = [length(d) for d in drafts]
             over = [j for j, n_tok in enumerate(sizes) if n_tok > max_tokens]
             if not over:
                 break
             for j in over:
-                if _drop_first_step(members[j][0]) is None:
-                    _, _, kind, family, location, meta = members[j]
-                    raise ValueError(f"example {meta['index']} ({kind}, {family}, {location}) needs {sizes[j]} "
-                                     f"tokens even with one distractor step, over max_tokens={max_tokens}")
-            for j, m in enumerate(members):
-                shorter = _drop_first_step(m[0])
+                if _drop_first_step(drafts[j].msgs) is None:
+                    d = drafts[j]
+                    raise ValueError(f"example {d.meta['index']} ({d.kind}, {d.family}, {d.location}) needs "
+                                     f"{sizes[j]} tokens even with one distractor step, over max_tokens={max_tokens}")
+            for j, d in enumerate(drafts):
+                shorter = _drop_first_step(d.msgs)
                 if shorter is not None:
-                    m[0], dropped[j] = shorter, dropped[j] + 1
-        out = []
-        for m, n_tok, d in zip(members, sizes, dropped):
-            m[-1].update(n_tokens=n_tok, dropped_steps=d)
-            out.append(self.example(*m))
-        return out
+                    d.msgs, dropped[j] = shorter, dropped[j] + 1
+        for d, n_tok, k in zip(drafts, sizes, dropped):
+            d.meta.update(n_tokens=n_tok, dropped_steps=k)
+        return [self.example(d) for d in drafts]
