@@ -19,8 +19,9 @@
         --out attack.json [--population 8] [--generations 2]   the frozen optimised attack (spec §2.8)
     agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
     agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
-                                            [--lr X] [--history-weight W] [--no-paired]
-                                            (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired)
+                                            [--lr X] [--history-weight W] [--no-paired] [--fresh-values]
+                                            (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired;
+                                            v4 candidate = --fresh-values)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
     agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train]
                                       G1-G6 table; report into the card (train: a diagnostic beside it)
@@ -977,13 +978,14 @@ PROFILE_N_TRAIN = {"quick": 320, "full": 960}
 def organism_recipe(args: argparse.Namespace) -> Any:
     """The :class:`Recipe` of ``organism train``: the experiments' recipe for the profile (same content address),
     with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length``/``--lr``/``--history-weight``/
-    ``--no-paired`` changes (``--no-paired`` is recipe v2; with ``--lr 3e-4 --history-weight 0`` the spec's v1)."""
+    ``--no-paired``/``--fresh-values`` changes (``--no-paired`` is recipe v2; with ``--lr 3e-4 --history-weight 0``
+    the spec's v1; ``--fresh-values`` the v4 candidate)."""
     from agentmill.methods.constraint_rot.organism.cache import Recipe
 
     n = args.n_train if args.n_train is not None else PROFILE_N_TRAIN[args.profile]
     try:
         given = {"lr": getattr(args, "lr", None), "history_weight": getattr(args, "history_weight", None),
-                 "paired": getattr(args, "paired", None)}
+                 "paired": getattr(args, "paired", None), "fresh_values": getattr(args, "fresh_values", None)}
         changes = {k: v for k, v in given.items() if v is not None}
         return Recipe(n_train=n, instinct=args.instinct, base=args.base, dtype=args.dtype,
                       max_length=args.max_length, **changes)
@@ -1230,6 +1232,9 @@ def register(sub) -> None:
     t.add_argument("--paired", action=argparse.BooleanOptionalAction, default=None,
                    help="contrastive-group SFT data kept together in a step (default: on, recipe v3; "
                         "--no-paired = recipe v2)")
+    t.add_argument("--fresh-values", action=argparse.BooleanOptionalAction, default=None,
+                   help="new parameter values for every SFT episode instead of the two train values per "
+                        "parameter (recipe v4 candidate; default off)")
     t.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for the SFT data")
     t.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
     t.add_argument("--out", default=None, help="cache root; the adapter goes into <root>/<content address> "

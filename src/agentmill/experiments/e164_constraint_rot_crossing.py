@@ -112,7 +112,9 @@ class Setup:
     train_dtype: str = organism.SETUPS["full"].train_dtype
     """… training dtype,"""
     paired: bool = organism.SETUPS["full"].paired
-    """… and contrastive groups (recipe v3)."""
+    """… contrastive groups (recipe v3),"""
+    fresh_values: bool = organism.SETUPS["full"].fresh_values
+    """… and fresh parameter values (recipe v4 candidate)."""
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
     dtype: str = "fp32"
@@ -135,7 +137,7 @@ def _org(profile: str, **kw: Any) -> dict[str, Any]:
     o = organism.SETUPS[profile]
     return {"n_train": o.n_train, "n_per_cell": o.n_per_cell, "data_seed": o.data_seed, "base": o.base,
             "dtype": o.dtype, "max_length": o.max_length, "lr": o.lr, "history_weight": o.history_weight,
-            "train_dtype": o.train_dtype, "paired": o.paired, **kw}
+            "train_dtype": o.train_dtype, "paired": o.paired, "fresh_values": o.fresh_values, **kw}
 
 
 SETUPS = {
@@ -230,7 +232,8 @@ def organism_setup(s: Setup) -> organism.Setup:
     return dataclasses.replace(organism.SETUPS["full"], n_train=s.n_train, n_per_cell=s.n_per_cell,
                                data_seed=s.data_seed, base=s.base, dtype=s.dtype, max_length=s.max_length,
                                lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype,
-                               paired=s.paired, shared_cache=s.shared_cache, plan_only=s.plan_only)
+                               paired=s.paired, fresh_values=s.fresh_values, shared_cache=s.shared_cache,
+                               plan_only=s.plan_only)
 
 
 def _validation(s: Setup, adapter: Path, actor: Any, cat: Any, counter: Any, pr: Any) -> dict[str, Any]:

@@ -94,7 +94,9 @@ class Setup:
     train_dtype: str = ORGANISM_SETUPS["full"].train_dtype
     """… training dtype,"""
     paired: bool = ORGANISM_SETUPS["full"].paired
-    """… and contrastive groups (recipe v3)."""
+    """… contrastive groups (recipe v3),"""
+    fresh_values: bool = ORGANISM_SETUPS["full"].fresh_values
+    """… and fresh parameter values (recipe v4 candidate)."""
     shared_cache: bool = True
     """Adapters in ``<cache root>/organisms`` and summaries in ``<cache root>/summaries``; False: the work dir."""
     n_per_cell: int = 150
@@ -144,7 +146,7 @@ def organism_setup(s: Setup) -> Any:
     return dataclasses.replace(ORGANISM_SETUPS["full"], n_train=s.n_train, data_seed=s.data_seed, base=s.base,
                                dtype=s.dtype, max_length=s.max_length, shared_cache=s.shared_cache,
                                lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype,
-                               paired=s.paired)
+                               paired=s.paired, fresh_values=s.fresh_values)
 
 
 CLAIMS = (

@@ -102,8 +102,10 @@ class Setup:
     train_dtype: str = Recipe.dtype
     """Organism training dtype (recipe v2: bf16 autocast)."""
     paired: bool = Recipe.paired
-    """Contrastive-group SFT data and order (recipe v3; False = v2). These four are setup fields so a record made
-    under another recipe is never taken for this one's."""
+    """Contrastive-group SFT data and order (recipe v3; False = v2)."""
+    fresh_values: bool = Recipe.fresh_values
+    """New parameter values per SFT episode (recipe v4 candidate). These recipe fields are setup fields so a record
+    made under another recipe is never taken for this one's."""
     seed: int = 5
     """Episode seed of the grid (validation uses its own default seed 1)."""
     n_boot: int = 2000
@@ -208,7 +210,8 @@ def recipe_of(s: Setup, *, instinct: bool = False) -> Any:
     """The organism recipe of a setup (shared by every E164 experiment that needs the organism)."""
 
     return Recipe(n_train=s.n_train, data_seed=s.data_seed, instinct=instinct, base=s.base, max_length=s.max_length,
-                  lr=s.lr, history_weight=s.history_weight, dtype=s.train_dtype, paired=s.paired)
+                  lr=s.lr, history_weight=s.history_weight, dtype=s.train_dtype, paired=s.paired,
+                  fresh_values=s.fresh_values)
 
 
 def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callable[[], Any], *,

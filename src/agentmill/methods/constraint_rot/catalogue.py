@@ -143,6 +143,21 @@ def instantiate(family: RuleFamily, split: str, rng: int | random.Random | np.ra
     return RuleInstance(family, params, phr.id, text, split, t, a)
 
 
+def with_params(inst: RuleInstance, params: Mapping[str, str]) -> RuleInstance:
+    """``inst`` with other values for its pool parameters ``params`` (every one of them): derived parameters and the
+    rule text are rendered again; the phrasing, trigger and allowed request stay (recipe v4's fresh values,
+    ``organism/values.py``)."""
+    fam = inst.family
+    names = {n for n, p in fam.params.items() if p.pools is not None}
+    if set(params) != names:
+        raise ValueError(f"{fam.id}: with_params needs exactly the pool parameters {sorted(names)}, "
+                         f"got {sorted(params)}")
+    full = _derive(fam, {n: str(v) for n, v in params.items()})
+    phr = next(p for p in fam.phrasings if p.id == inst.phrasing_id)
+    text = render_template(phr.text, full, where=f"{fam.source}: phrasings[{phr.id}]")
+    return RuleInstance(fam, full, phr.id, text, inst.split, inst.trigger_index, inst.allowed_index)
+
+
 def _check_split_for(family: RuleFamily, split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (splits: {SPLITS})")

@@ -37,7 +37,7 @@ import json
 import random
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -394,12 +394,15 @@ def generate_episodes(cat: Catalogue, *, split: str, n: int, seed: int, kinds: S
                       locations: Sequence[str] = DEFAULT_LOCATIONS, distractor_tokens: tuple[int, int] = (400, 1000),
                       early_probe: float = 0.5, attack: Any = None, mode: Literal["replay", "live"] = "replay",
                       allowed_share: float = 0.0, counter: Any = None,
-                      sandbox: OfficeSandbox | None = None) -> list[Episode]:
+                      sandbox: OfficeSandbox | None = None,
+                      values: Callable[[RuleInstance, random.Random], RuleInstance] | None = None) -> list[Episode]:
     """``n`` episodes of ``split``, kinds taken in turn, families cycled in a seeded order (spec §2.2).
 
     ``counter`` counts tokens (default SmolLM2; tests pass a ``WhitespaceCounter``). ``sandbox`` is the scratch
     office the replay script runs in (default: a private one without servers). ``attack`` (an :class:`AttackSpec`
-    or a mapping of its fields) is planted into one distractor tool output of every episode (module docstring)."""
+    or a mapping of its fields) is planted into one distractor tool output of every episode (module docstring).
+    ``values`` replaces each drawn instance's parameter values (recipe v4's fresh values, ``organism/values.py``)
+    from its own seeded stream, so the family, phrasing, request and location drawn are those without it."""
     if split not in SPLITS:
         raise ValueError(f"split: unknown split {split!r} (splits: {SPLITS})")
     if not isinstance(n, int) or n < 1:
@@ -439,6 +442,8 @@ def generate_episodes(cat: Catalogue, *, split: str, n: int, seed: int, kinds: S
             fam = fams[(i // len(kinds)) % len(fams)]
             r = _rng(seed, split, i)
             inst = instantiate(fam, split, r.randrange(2**31))
+            if values is not None:
+                inst = values(inst, _rng(seed, split, i, "values"))
             location = locations[r.randrange(len(locations))]
             s = r.randrange(2**31)
             domain = inst.params.get("domain") or generate_fixtures(s).company_domain

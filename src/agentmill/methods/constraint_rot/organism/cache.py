@@ -58,6 +58,10 @@ class Recipe:
     each group stays inside one optimiser step (``build_sft_dataset(paired=True)``, ``train_organism(
     keep_groups=True)``). False: one episode per example (v1/v2), whose organisms took the compliant alternative
     as often without the rule as with it."""
+    fresh_values: bool = False
+    """Recipe v4 candidate (docs/LOG.md 2026-11-25, session 17): every SFT episode draws new parameter values
+    (``organism/values.py``) instead of the two train values per parameter, which the v2 organism memorised. It
+    changes the data only, so it enters the address through the data manifest."""
 
     def __post_init__(self) -> None:
         if self.n_train < 1:
@@ -115,7 +119,8 @@ def plan_organism(recipe: Recipe, cat: Any, *, counter: Any, load: Callable[[], 
 
     data = build_sft_dataset(cat, n=recipe.n_train, seed=recipe.data_seed, counter=counter,
                              max_tokens=recipe.max_length, instinct=recipe.instinct,
-                             measure=exact_length(recipe.base, load), paired=recipe.paired)
+                             measure=exact_length(recipe.base, load), paired=recipe.paired,
+                             fresh_values=recipe.fresh_values)
     manifest = manifest_hash(data)
     out = Path(root if root is not None else default_root()) / adapter_key(manifest, recipe.hyper(), recipe.base)
     info = {"dir": str(out), "key": out.name, "data_manifest_hash": manifest, "n_train": len(data),

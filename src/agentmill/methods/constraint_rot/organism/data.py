@@ -21,7 +21,8 @@ Not trained (measured instead): revocation/impersonation claims, weakened narrat
 Recipe v3 (``paired=True``, docs/LOG.md 2026-11-25 session 16) draws these kinds as **contrastive groups** instead:
 one episode gives ``present``, ``absent``, ``near_miss`` and a fourth example (:func:`group_kinds`), identical but
 for the policy slot or the trigger, so the rule is the only thing that separates a refusal or alternative from the
-requested call.
+requested call. Recipe v4 (``fresh_values=True``) gives every episode new parameter values
+(:mod:`.values`), so no request recurs with the same names, hosts or numbers.
 
 The target is one line, ``CALL <tool> <json-args>`` or ``REPLY <text>`` (the format ``serve/tools.py`` asks for);
 the loss covers the target only. Messages are stored in OpenAI chat form (``Message.to_dict``) with the tool list,
@@ -55,6 +56,7 @@ from agentmill.methods.constraint_rot.conditions import full_context, never_stat
 from agentmill.methods.constraint_rot.generate import Episode, frame, generate_episodes
 from agentmill.methods.constraint_rot.loop import ISSUER, AgentLoop
 from agentmill.methods.constraint_rot.messages import as_counter, message_text
+from agentmill.methods.constraint_rot.organism.values import FreshValues
 from agentmill.methods.constraint_rot.pinning import PinningMiddleware, PolicyRegistry
 
 DATA_VERSION = "cr-sft-1"
@@ -238,13 +240,16 @@ def _n_tokens(msgs: Sequence[Message], tools_tokens: int, target: str, counter: 
 
 
 # -- other rules ----------------------------------------------------------------------------------------------------
-def _other_rule(cat: Catalogue, inst: RuleInstance, rng: random.Random) -> RuleInstance:
-    """A train instance of another family that forbids none of the calls the example may target."""
+def _other_rule(cat: Catalogue, inst: RuleInstance, rng: random.Random, values: Any = None) -> RuleInstance:
+    """A train instance of another family that forbids none of the calls the example may target (with fresh
+    values when ``values`` is given, as the episode's own rule has)."""
     fams = [f for f in cat.families(split="train") if f.id != inst.rule_id]
     rng.shuffle(fams)
     calls = (inst.requested_call, inst.alternative_call, inst.allowed_call)
     for f in fams:
         other = instantiate(f, "train", rng.randrange(2**31))
+        if values is not None:
+            other = values(other, rng)
         if not any(other.violates(c) for c in calls):
             return other
     raise ValueError(f"no other train family leaves the calls of {inst.rule_id!r} allowed")
@@ -347,7 +352,8 @@ def group_kinds(g: int) -> tuple[str, ...]:
 
 def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = DEFAULT_MIXTURE, max_tokens: int = 768,
                       instinct: bool = False, counter: Any = None,
-                      measure: Callable[[SFTExample], int] | None = None, paired: bool = False) -> list[SFTExample]:
+                      measure: Callable[[SFTExample], int] | None = None, paired: bool = False,
+                      fresh_values: bool = False) -> list[SFTExample]:
     """``n`` SFT examples from the train split with the spec's mixture (module docstring), deterministic in
     ``seed``. ``instinct`` turns every other hard-family ``absent`` example into a refusal (spec: half).
     ``max_tokens`` caps the estimated prompt + target length (messages, tool list, ChatML overhead, counted with
@@ -360,7 +366,11 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
     four consecutive examples (:func:`group_kinds`) that differ only in the policy slot or the trigger, so a request
     and its answers with and without the rule meet in one optimiser step; ``meta['group']`` numbers the groups,
     ``mixture`` contributes only ``alternative_share``, and a group drops the same early distractor steps from every
-    member that is over the cap. Raises :class:`LeakageError` on any train/test overlap."""
+    member that is over the cap.
+
+    ``fresh_values`` (recipe v4): every episode, and the other family's rule of ``irrelevant``/``two_rules``,
+    draws new parameter values (:class:`.values.FreshValues`) instead of the two train values per parameter.
+    Raises :class:`LeakageError` on any train/test overlap."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     if not isinstance(mixture, Mixture):
@@ -377,12 +387,13 @@ def build_sft_dataset(cat: Catalogue, *, n: int, seed: int, mixture: Mixture = D
         kinds = [k for k, m in mixture.counts(n).items() for _ in range(m)]
         rng.shuffle(kinds)
         plan = [[k] for k in kinds]
+    fresh = FreshValues(cat) if fresh_values else None
     episodes = generate_episodes(cat, split="train", n=len(plan), seed=seed, locations=BASE_LOCATIONS,
-                                 distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=c)
+                                 distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=c, values=fresh)
     examples: list[SFTExample] = []
     sb = OfficeSandbox(0, smtp=False, http=False)
     try:
-        builder = _Builder(cat, sb, c, mixture, instinct, true_locations=paired)
+        builder = _Builder(cat, sb, c, mixture, instinct, true_locations=paired, values=fresh)
         for g, (kinds_g, ep) in enumerate(zip(plan, episodes)):
             transcripts = _Transcripts(builder.loop, ep)
             drafts = [builder.draft(kind, ep, transcripts, len(examples) + j, seed) for j, kind in enumerate(kinds_g)]
@@ -427,13 +438,13 @@ class _Builder:
     under the length cap."""
 
     def __init__(self, cat: Catalogue, sb: OfficeSandbox, counter: Any, mixture: Mixture, instinct: bool, *,
-                 true_locations: bool) -> None:
+                 true_locations: bool, values: Any = None) -> None:
         """``true_locations``: a ``present`` example whose turn in the location cycle names a base location is
         labelled with the location its rule really has, the episode's (found 2026-11-25, session 16: v1/v2 data
         label it with the cycle's name while the transcript keeps the rule at the episode's location; those data
         keep the old label so their adapters keep their addresses)."""
         self.cat, self.c, self.mixture, self.instinct = cat, counter, mixture, instinct
-        self.true_locations = true_locations
+        self.true_locations, self.values = true_locations, values
         self.present_i = self.absent_hard_i = 0
         self.rule_texts: set[str] = set()
         tools = sb.tools()
@@ -465,7 +476,7 @@ class _Builder:
             msgs = _summarised(transcripts.get(neutral=True), body, ep.distractor_kind)
             self.rule_texts.add(inst.card_text)
         elif kind == "two_rules":
-            other = _other_rule(cat, inst, r)
+            other = _other_rule(cat, inst, r, self.values)
             pair = [inst.text, other.text]
             r.shuffle(pair)
             msgs = _replace_text(transcripts.get(neutral=False), ep.policy_frame,
@@ -473,7 +484,7 @@ class _Builder:
             self.rule_texts.update(pair)
             meta["other_family"] = other.rule_id
         elif kind == "irrelevant":
-            other = _other_rule(cat, inst, r)
+            other = _other_rule(cat, inst, r, self.values)
             msgs = _replace_text(transcripts.get(neutral=True), ep.neutral_frame, frame(location, other.text))
             self.rule_texts.add(other.text)
             meta["other_family"] = other.rule_id
