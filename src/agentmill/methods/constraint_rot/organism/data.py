@@ -240,7 +240,8 @@ def _n_tokens(msgs: Sequence[Message], tools_tokens: int, target: str, counter: 
 
 
 # -- other rules ----------------------------------------------------------------------------------------------------
-def _other_rule(cat: Catalogue, inst: RuleInstance, rng: random.Random, values: Any = None) -> RuleInstance:
+def _other_rule(cat: Catalogue, inst: RuleInstance, rng: random.Random,
+                values: FreshValues | None = None) -> RuleInstance:
     """A train instance of another family that forbids none of the calls the example may target (with fresh
     values when ``values`` is given, as the episode's own rule has)."""
     fams = [f for f in cat.families(split="train") if f.id != inst.rule_id]
@@ -438,7 +439,7 @@ class _Builder:
     under the length cap."""
 
     def __init__(self, cat: Catalogue, sb: OfficeSandbox, counter: Any, mixture: Mixture, instinct: bool, *,
-                 true_locations: bool, values: Any = None) -> None:
+                 true_locations: bool, values: FreshValues | None = None) -> None:
         """``true_locations``: a ``present`` example whose turn in the location cycle names a base location is
         labelled with the location its rule really has, the episode's (found 2026-11-25, session 16: v1/v2 data
         label it with the cycle's name while the transcript keeps the rule at the episode's location; those data

@@ -1,9 +1,9 @@
 """Fresh parameter values for the organism's SFT episodes (recipe v4) [R].
 
-Why: the 960-example v2 organism did condition on the rule, but only on train-split episodes (11 vs 0 discordant
-pairs) and not on test_iid ones (3 vs 2). When test_iid episodes were re-phrased with a *train* sentence and kept
-their test values, the first 14 decisions did not change at all (docs/LOG.md 2026-11-25, session 17). What the
-organism learned is tied to the two train values each parameter has. So here each train episode draws new values:
+Why: the 960-example organisms conditioned on the rule a little on train-split episodes (v2: 11 vs 0 discordant
+pairs; v3: 8 vs 2) and not on test_iid ones (3 vs 2; 5 vs 4). Swapping the rule sentence for the other split's
+phrasing, with each episode's own values, hardly changed that in either direction (docs/LOG.md 2026-11-25, session
+17). What the organisms learned goes with the two train values each parameter has, not with the rule's wording. So here each train episode draws new values:
 no value recurs often enough to be memorised, and only reading the rule decides the answer.
 
 A value is replaced according to its shape (:func:`FreshValues.draw`). A value whose shape carries meaning a
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from agentmill.methods.constraint_rot.catalogue import Catalogue, RuleInstance, with_params
+from agentmill.methods.constraint_rot.schema import luhn_ok
 
 MAX_TRIES = 50
 FACTORS = (0.5, 0.6, 0.75, 0.8, 1.25, 1.4, 1.5, 1.75, 2.0)
@@ -50,27 +51,16 @@ VOWELS = ("a", "e", "i", "o", "u")
 TIME = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 INTEGER = re.compile(r"^[1-9]\d*$")
 PERSON = re.compile(r"^[A-Z][a-z]+ [A-Z][a-z]+$")
-ADDRESS = re.compile(r"^(\d+) [A-Z][a-z]+ ([A-Z][a-z]+), [A-Z][a-z]+$")
+ADDRESS = re.compile(r"^\d+ [A-Z][a-z]+ [A-Z][a-z]+, [A-Z][a-z]+$")
 IDENT = re.compile(r"^([A-Z]+-)(\d)(\d*)$")
 KEY = re.compile(r"^([a-z]+_[a-z]+_)([A-Za-z0-9]+)$")
 HOST = re.compile(r"^((?:[a-z0-9-]+\.)*)([a-z0-9]+(?:-[a-z0-9]+)*)(\.[a-z]+)$")
+SLUG = re.compile(r"^([a-z]+[-_])?([a-z]+)$")
+CODENAME = re.compile(r"^[A-Z][a-z]+$")
 KEEP = frozenset({("health.medical_record", "diagnosis")})
 """(family, parameter) pairs whose one-word values are meaningful words (a diagnosis), which a non-word would not
 replace faithfully; every other one-word value (a project, branch, service or handle) is a name."""
-SLUG = re.compile(r"^([a-z]+[-_])?([a-z]+)$")
-CODENAME = re.compile(r"^[A-Z][a-z]+$")
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def luhn_digit(digits: str) -> str:
-    """The check digit that makes ``digits`` + it Luhn-valid."""
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 0:  # doubled: these sit at odd positions from the right once the check digit is appended
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return str((10 - total % 10) % 10)
 
 
 def _words(value: str) -> set[str]:
@@ -107,7 +97,7 @@ class FreshValues:
         pools_kept = {n: v for n, v in pools.items() if (inst.rule_id, n) in KEEP}
         for _ in range(MAX_TRIES):
             new = self.draw({n: v for n, v in pools.items() if n not in pools_kept}, checks, rng,
-                            held=self.held.get(inst.rule_id, set()))
+                            held=self.held[inst.rule_id])
             if new is None:
                 continue
             fresh = with_params(inst, {**new, **pools_kept})
@@ -132,17 +122,17 @@ class FreshValues:
                     return None
                 mapping[old] = new
         renamed = [new for old, new in mapping.items() if new != old]
-        def is_held(v: str) -> bool:
-            return v in held or (v in self.held_anywhere and not (TIME.match(v) or INTEGER.match(v)))
-
-        if len(set(mapping.values())) != len(mapping) or any(is_held(v) for v in renamed):
+        if len(set(mapping.values())) != len(mapping) or any(self._is_held(v, held) for v in renamed):
             return None
         return {name: mapping[values[name]] for name in values}
+
+    def _is_held(self, value: str, held: frozenset[str] | set[str]) -> bool:
+        return value in held or (value in self.held_anywhere and not (TIME.match(value) or INTEGER.match(value)))
 
     def _one(self, old: str, check: Any, factor: float, shift: int, rng: random.Random) -> str | None:
         if check == "luhn":
             body = "4" + "".join(rng.choice("0123456789") for _ in range(14))
-            return body + luhn_digit(body)
+            return next(body + d for d in "0123456789" if luhn_ok(body + d))  # exactly one check digit fits
         if check == "ssn":
             return f"9{rng.randrange(100):02d}-{rng.randrange(1, 100):02d}-{rng.randrange(1, 10000):04d}"
         if m := TIME.match(old):
@@ -179,6 +169,3 @@ class FreshValues:
 def _means_the_same(inst: RuleInstance) -> bool:
     return (inst.violates(inst.requested_call) and not inst.violates(inst.allowed_call)
             and not inst.violates(inst.alternative_call))
-
-
-InstanceHook = Callable[[RuleInstance, random.Random], RuleInstance]
