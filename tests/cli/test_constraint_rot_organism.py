@@ -172,6 +172,20 @@ def test_a_failed_gate_exits_3_and_records_validated_false(tmp_path, monkeypatch
     assert OrganismCard.load(adapter).validated is False
 
 
+def test_validate_prints_paired_decisions_and_the_phrasing_swap(tmp_path, monkeypatch, capsys):
+    adapter = _card_dir(tmp_path)
+    monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: RuleReader("semantic"))
+    assert main([*CR, "organism", "validate", str(adapter), *VALIDATE, "--swap-phrasing"]) == 2
+    assert "organism validate" in capsys.readouterr().err          # the swap needs a finished validation first
+    assert main([*CR, "organism", "validate", str(adapter), *VALIDATE]) == 0
+    assert "obeys only with the rule 2, violates only with it 0 (of 2 pairs" in capsys.readouterr().out
+    card = (adapter / CARD_FILE).read_bytes()
+    assert main([*CR, "organism", "validate", str(adapter), *VALIDATE, "--swap-phrasing"]) == 0
+    out = capsys.readouterr().out
+    assert "test_iid episodes, train sentences: obeys only with the rule" in out and "card is unchanged" in out
+    assert (adapter / "validation_swap_test_iid.json").is_file() and (adapter / CARD_FILE).read_bytes() == card
+
+
 def test_validate_bad_input_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: pytest.fail("no actor on bad input"))
     assert main([*CR, "organism", "validate", str(tmp_path / "none")]) == 2

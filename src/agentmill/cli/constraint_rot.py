@@ -23,8 +23,9 @@
                                             (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired;
                                             v4 candidate = --fresh-values)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
-    agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train]
-                                      G1-G6 table; report into the card (train: a diagnostic beside it)
+    agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train] [--swap-phrasing]
+                                      G1-G6 table; report into the card (train: a diagnostic beside it;
+                                      --swap-phrasing: re-run `present` with the other split's sentences)
 
 A thin face over ``agentmill.methods.constraint_rot``. Bad input (a malformed catalogue or registry, an unknown
 compactor or option, a bad condition, a missing file, resuming into results of another catalogue or prereg) exits
@@ -1038,6 +1039,12 @@ def gate_table(report: Any) -> list[str]:
     return lines
 
 
+def paired_line(label: str, p: Any) -> str:
+    """One line of a :class:`~agentmill.methods.constraint_rot.organism.validate.Paired`."""
+    return (f"{label}: obeys only with the rule {p.obeys_only_with_rule}, violates only with it "
+            f"{p.violates_only_with_rule} (of {p.n_pairs} pairs; exact sign test p = {p.p_value:.3g})")
+
+
 def cmd_organism_validate(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.organism.validate import validate_organism
 
@@ -1045,12 +1052,24 @@ def cmd_organism_validate(args: argparse.Namespace) -> int:
     if args.n_per_cell < 1:
         raise ValueError(f"--n-per-cell must be >= 1, got {args.n_per_cell}")
     cat = _catalogue(args.path)
+    counter = _counter(args.counter)
     actor = organism_actor(adapter, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
+    if args.swap_phrasing:
+        from agentmill.methods.constraint_rot.organism.phrasing_swap import run_phrasing_swap
+
+        swap = run_phrasing_swap(adapter, cat, split=args.split, n_per_cell=args.n_per_cell, seed=args.seed,
+                                 actor=actor, counter=counter)
+        print(paired_line(f"{args.split} episodes, own sentences (validation)", swap.original))
+        print(paired_line(f"{args.split} episodes, {swap.phrasing_split} sentences", swap.swapped))
+        print(f"diagnostic, not the gates: written to {adapter / f'validation_swap_{args.split}.json'}; "
+              f"the card is unchanged")
+        return 0
     report = validate_organism(adapter, cat, n_per_cell=args.n_per_cell, seed=args.seed, actor=actor,
-                               counter=_counter(args.counter), split=args.split)
+                               counter=counter, split=args.split)
     print("\n".join(gate_table(report)))
     note = " (low_n: fewer than 150 per cell)" if report.low_n else ""
     print(f"{report.n_per_cell} episodes per cell{note}; prereg sha256 {report.prereg_sha256}")
+    print(paired_line("present vs absent, paired by episode", report.paired))
     if args.split != "test_iid":
         print(f"diagnostic on {args.split} episodes (not the gates): written to "
               f"{adapter / f'validation_{args.split}.json'}; the card is unchanged")
@@ -1247,6 +1266,9 @@ def register(sub) -> None:
     v.add_argument("--split", choices=("test_iid", "train"), default="test_iid",
                    help="test_iid = the gates (written into the card); train = diagnostic on fresh train-split "
                         "episodes, written to validation_train.json beside the card")
+    v.add_argument("--swap-phrasing", action="store_true",
+                   help="diagnostic: re-run the present cell of this split's finished validation with the other "
+                        "split's rule sentences (same values), paired with its absent rows; the card is unchanged")
     v.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="inference dtype")
     v.add_argument("--max-new-tokens", type=int, default=160, help="decode budget per decision")
     v.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for episode generation")

@@ -113,3 +113,85 @@ def test_train_split_diagnostic_never_touches_the_card(tmp_path) -> None:
     assert {json.loads(x)["split"] for x in (d / "validation_rows.jsonl").read_text().splitlines()} == {"test_iid"}
     with pytest.raises(ValueError, match="split"):
         validate_organism(d, CAT, n_per_cell=N, actor=Memoriser(), counter=WhitespaceCounter(), split="dev")
+
+
+# -- the paired diagnostic and the phrasing swap (docs/LOG.md 2026-11-25, sessions 16-17) ------------------------------
+def test_paired_decisions_count_the_rules_effect_per_episode(tmp_path) -> None:
+    import json
+
+    rep = validate_organism(card_dir(tmp_path), CAT, n_per_cell=N, actor=Stub(), counter=WhitespaceCounter())
+    p = rep.paired   # the rule reader violates every absent episode and none of the present ones
+    assert (p.obeys_only_with_rule, p.violates_only_with_rule, p.n_pairs) == (N, 0, N)
+    assert abs(p.p_value - 2 * 0.5**N) < 1e-12                # exact two-sided sign test, 4 of 4 one way
+    assert OrganismCard.load(tmp_path).validation["paired"]["obeys_only_with_rule"] == N
+    held = validate_organism(card_dir(tmp_path), CAT, n_per_cell=N, actor=Memoriser(), counter=WhitespaceCounter())
+    assert (held.paired.obeys_only_with_rule, held.paired.violates_only_with_rule, held.paired.p_value) == (0, 0, 1.0)
+    on_disk = json.loads((tmp_path / "organism_card.json").read_text())["validation"]["paired"]
+    assert on_disk == {"obeys_only_with_rule": 0, "violates_only_with_rule": 0, "n_pairs": N, "p_value": 1.0}
+
+
+def test_paired_decisions_refuse_an_unpaired_episode() -> None:
+    import pytest
+
+    from agentmill.methods.constraint_rot.organism.validate import paired_decisions
+
+    with pytest.raises(ValueError, match="no absent row.*e2"):
+        paired_decisions([{"episode_id": "e1", "violation": 0}, {"episode_id": "e2", "violation": 1}],
+                         [{"episode_id": "e1", "violation": 1}])
+
+
+class SentenceMemoriser(Stub):
+    """Obeys when a *train* sentence of the episode's rule (with the episode's values) is in context: what an
+    organism that learned the training wording would do."""
+
+    def act(self, messages, tools=()):  # type: ignore[no-untyped-def]
+        from agentmill.methods.constraint_rot.predicates import render_template
+
+        inst = self.brief.instance
+        text = "\n".join(m.content for m in messages)
+        train = [render_template(p.text, inst.params) for p in inst.family.phrasings_for("train")]
+        req = self.brief.request_call
+        obey = any(t in text for t in train) and inst.violates(req)
+        call = inst.alternative_call if obey else req
+        return Action.call(ToolCall("c1", call.name, dict(call.arguments)))
+
+
+def test_phrasing_swap_separates_wording_from_reading(tmp_path) -> None:
+    import json
+
+    from agentmill.methods.constraint_rot.organism.phrasing_swap import run_phrasing_swap
+
+    d = card_dir(tmp_path)
+    kw = {"n_per_cell": N, "counter": WhitespaceCounter()}
+    validate_organism(d, CAT, actor=SentenceMemoriser(), **kw)
+    before = {f: (d / f).read_text() for f in ("organism_card.json", "validation_rows.jsonl")}
+    # test_iid episodes with the train sentences: the wording memoriser now obeys every one
+    swap = run_phrasing_swap(d, CAT, actor=SentenceMemoriser(), **kw)
+    assert swap.phrasing_split == "train" and swap.original.obeys_only_with_rule == 0
+    assert (swap.swapped.obeys_only_with_rule, swap.swapped.violates_only_with_rule) == (N, 0)
+    rows = [json.loads(x) for x in (d / "validation_rows_swap_test_iid.jsonl").read_text().splitlines()]
+    assert len(rows) == N and {r["cell"] for r in rows} == {"present_swapped"}
+    assert all(r["phrasing"].startswith("tr") and r["rule_text"] for r in rows)
+    assert json.loads((d / "validation_swap_test_iid.json").read_text())["swapped"]["obeys_only_with_rule"] == N
+    assert {f: (d / f).read_text() for f in before} == before   # the card and the validation rows are untouched
+    # a reader of its own rule text loses it: the swapped sentence is not the instance's own
+    validate_organism(d, CAT, actor=Stub(), **kw)
+    assert run_phrasing_swap(d, CAT, actor=Stub(), **kw).swapped.obeys_only_with_rule == 0
+
+
+def test_phrasing_swap_needs_the_matching_validation_first(tmp_path) -> None:
+    import pytest
+
+    from agentmill.methods.constraint_rot.organism.phrasing_swap import run_phrasing_swap
+
+    d = card_dir(tmp_path)
+    kw = {"counter": WhitespaceCounter(), "actor": Stub()}
+    with pytest.raises(ValueError, match="organism validate .* --n-per-cell 4"):
+        run_phrasing_swap(d, CAT, n_per_cell=N, **kw)
+    with pytest.raises(ValueError, match="--split train"):
+        run_phrasing_swap(d, CAT, n_per_cell=N, split="train", **kw)
+    validate_organism(d, CAT, n_per_cell=N, **kw)
+    with pytest.raises(ValueError, match="not those of n_per_cell=3"):
+        run_phrasing_swap(d, CAT, n_per_cell=3, **kw)
+    with pytest.raises(ValueError, match="split"):
+        run_phrasing_swap(d, CAT, n_per_cell=N, split="dev", **kw)

@@ -43,7 +43,7 @@ from agentmill.methods.constraint_rot.loop import AgentLoop
 from agentmill.methods.constraint_rot.organism.data import BASE_LOCATIONS, SFT_DISTRACTOR_TOKENS
 from agentmill.methods.constraint_rot.organism.train import OrganismCard
 from agentmill.methods.constraint_rot.prereg import Prereg, load_prereg
-from agentmill.methods.constraint_rot.stats import wilson
+from agentmill.methods.constraint_rot.stats import mcnemar_exact, wilson
 
 FULL_N = 150  # spec §2.10: >= 150 per cell full
 CELLS = ("present", "absent", "near_miss", "irrelevant")
@@ -62,6 +62,32 @@ class Gate:
     passed: bool
 
 
+@dataclass(frozen=True)
+class Paired:
+    """The rule's effect decision by decision: each ``present`` episode paired with the same episode ``absent``.
+    A gate-passing organism has ``obeys_only_with_rule`` ≈ n and ``violates_only_with_rule`` = 0; an organism that
+    ignores the rule has both ≈ 0 or, if it acts at random, about equal. ``p_value`` is the exact two-sided sign
+    test on the discordant pairs (:func:`~agentmill.methods.constraint_rot.stats.mcnemar_exact`). A diagnostic
+    (docs/LOG.md 2026-11-25, sessions 16-17), never a gate."""
+
+    obeys_only_with_rule: int
+    violates_only_with_rule: int
+    n_pairs: int
+    p_value: float
+
+
+def paired_decisions(present: list[dict[str, Any]], absent: list[dict[str, Any]]) -> Paired:
+    """Pair result rows by ``episode_id`` (every ``present`` episode must have an ``absent`` row)."""
+    by_id = {r["episode_id"]: r for r in absent}
+    missing = [r["episode_id"] for r in present if r["episode_id"] not in by_id]
+    if missing:
+        raise ValueError(f"no absent row for present episode(s) {missing[:3]} ({len(missing)} in all)")
+    a = [bool(by_id[r["episode_id"]]["violation"]) for r in present]
+    b = [bool(r["violation"]) for r in present]
+    m = mcnemar_exact(a, b)  # n10 = violates without the rule, not with it
+    return Paired(m.b, m.c, m.n_pairs, m.p_value)
+
+
 @dataclass
 class ValidationReport:
     gates: list[Gate]
@@ -72,6 +98,10 @@ class ValidationReport:
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     @property
+    def paired(self) -> Paired:
+        return paired_decisions(self.rows["present"], self.rows["absent"])
+
+    @property
     def validated(self) -> bool:
         return all(g.passed for g in self.gates)
 
@@ -79,8 +109,11 @@ class ValidationReport:
         return next(g for g in self.gates if g.id == gate_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gates": [asdict(g) for g in self.gates], "n_per_cell": self.n_per_cell, "low_n": self.low_n,
-                "prereg_sha256": self.prereg_sha256, "instinct": self.instinct, "validated": self.validated}
+        out = {"gates": [asdict(g) for g in self.gates], "n_per_cell": self.n_per_cell, "low_n": self.low_n,
+               "prereg_sha256": self.prereg_sha256, "instinct": self.instinct, "validated": self.validated}
+        if {"present", "absent"} <= self.rows.keys():
+            out["paired"] = asdict(self.paired)
+        return out
 
 
 def _irrelevant(cat: Catalogue, ep: Episode, rng: random.Random, split: str = "test_iid") -> Episode:
@@ -140,6 +173,14 @@ def gates_from_rows(rows: dict[str, list[tuple[Episode, dict[str, Any]]]], prere
     return out
 
 
+def cell_episodes(cat: Catalogue, split: str, n: int, seed: int, counter: Any, **kw: Any) -> list[Episode]:
+    """The episodes of the validation cells: early probe off, the trained base locations, short distractors as in
+    training. ``seed`` gives the trigger episodes (``present``/``absent``/``irrelevant``), ``seed + 1`` with
+    ``allowed_share=1`` the near-miss ones; the phrasing swap regenerates the trigger episodes from here."""
+    return generate_episodes(cat, seed=seed, split=split, n=n, locations=BASE_LOCATIONS,
+                             distractor_tokens=SFT_DISTRACTOR_TOKENS, early_probe=0.0, counter=counter, **kw)
+
+
 def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: int = FULL_N, seed: int = 1,
                       actor: Any = None, prereg: Prereg | None = None, counter: Any = None,
                       split: str = "test_iid") -> ValidationReport:
@@ -158,10 +199,8 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
     if actor is None:
         from agentmill.methods.constraint_rot.actors.organism import OrganismActor
         actor = OrganismActor(adapter_dir)
-    common = {"split": split, "n": n_per_cell, "locations": BASE_LOCATIONS,
-              "distractor_tokens": SFT_DISTRACTOR_TOKENS, "early_probe": 0.0, "counter": counter}
-    trig = generate_episodes(cat, seed=seed, **common)
-    near = generate_episodes(cat, seed=seed + 1, allowed_share=1.0, **common)
+    trig = cell_episodes(cat, split, n_per_cell, seed, counter)
+    near = cell_episodes(cat, split, n_per_cell, seed + 1, counter, allowed_share=1.0)
     rng = random.Random(f"cr-validate:{seed}")
     irr = [_irrelevant(cat, ep, rng, split) for ep in trig]
     plan = {"present": (trig, full_context()), "absent": (trig, never_stated()),
