@@ -21,7 +21,7 @@
     agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
                                             [--lr X] [--history-weight W] [--no-paired] [--fresh-values]
                                             (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired;
-                                            v4 candidate = --fresh-values)
+                                            v4 = --fresh-values)
         [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
     agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train] [--swap-phrasing]
                                       G1-G6 table; report into the card (train: a diagnostic beside it;
@@ -980,7 +980,7 @@ def organism_recipe(args: argparse.Namespace) -> Any:
     """The :class:`Recipe` of ``organism train``: the experiments' recipe for the profile (same content address),
     with ``--n-train``/``--instinct``/``--dtype``/``--base``/``--max-length``/``--lr``/``--history-weight``/
     ``--no-paired``/``--fresh-values`` changes (``--no-paired`` is recipe v2; with ``--lr 3e-4 --history-weight 0``
-    the spec's v1; ``--fresh-values`` the v4 candidate)."""
+    the spec's v1; ``--fresh-values`` recipe v4)."""
     from agentmill.methods.constraint_rot.organism.cache import Recipe
 
     n = args.n_train if args.n_train is not None else PROFILE_N_TRAIN[args.profile]
@@ -1253,7 +1253,7 @@ def register(sub) -> None:
                         "--no-paired = recipe v2)")
     t.add_argument("--fresh-values", action=argparse.BooleanOptionalAction, default=None,
                    help="new parameter values for every SFT episode instead of the two train values per "
-                        "parameter (recipe v4 candidate; default off)")
+                        "parameter (recipe v4, which failed its gates at 960; default off)")
     t.add_argument("--counter", choices=COUNTERS, default="smollm2", help="token counter for the SFT data")
     t.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
     t.add_argument("--out", default=None, help="cache root; the adapter goes into <root>/<content address> "

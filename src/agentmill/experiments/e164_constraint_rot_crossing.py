@@ -114,7 +114,7 @@ class Setup:
     paired: bool = organism.SETUPS["full"].paired
     """… contrastive groups (recipe v3),"""
     fresh_values: bool = organism.SETUPS["full"].fresh_values
-    """… and fresh parameter values (recipe v4 candidate)."""
+    """… and fresh parameter values (recipe v4; it failed its gates at 960)."""
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
     dtype: str = "fp32"

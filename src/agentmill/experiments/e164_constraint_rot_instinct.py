@@ -96,7 +96,7 @@ class Setup:
     paired: bool = ORGANISM_SETUPS["full"].paired
     """… contrastive groups (recipe v3),"""
     fresh_values: bool = ORGANISM_SETUPS["full"].fresh_values
-    """… and fresh parameter values (recipe v4 candidate)."""
+    """… and fresh parameter values (recipe v4; it failed its gates at 960)."""
     shared_cache: bool = True
     """Adapters in ``<cache root>/organisms`` and summaries in ``<cache root>/summaries``; False: the work dir."""
     n_per_cell: int = 150

@@ -104,8 +104,8 @@ class Setup:
     paired: bool = Recipe.paired
     """Contrastive-group SFT data and order (recipe v3; False = v2)."""
     fresh_values: bool = Recipe.fresh_values
-    """New parameter values per SFT episode (recipe v4 candidate). These recipe fields are setup fields so a record
-    made under another recipe is never taken for this one's."""
+    """New parameter values per SFT episode (recipe v4; it failed its gates at 960). These recipe fields are setup
+    fields so a record made under another recipe is never taken for this one's."""
     seed: int = 5
     """Episode seed of the grid (validation uses its own default seed 1)."""
     n_boot: int = 2000

@@ -59,9 +59,9 @@ class Recipe:
     keep_groups=True)``). False: one episode per example (v1/v2), whose organisms took the compliant alternative
     as often without the rule as with it."""
     fresh_values: bool = False
-    """Recipe v4 candidate (docs/LOG.md 2026-11-25, session 17): every SFT episode draws new parameter values
-    (``organism/values.py``) instead of the two train values per parameter, which the v2 organism memorised. It
-    changes the data only, so it enters the address through the data manifest."""
+    """Recipe v4 (docs/LOG.md 2026-11-25, session 17; failed its gates at 960, session 18): every SFT episode draws
+    new parameter values (``organism/values.py``) instead of the two train values per parameter, which the v2
+    organism memorised. It changes the data only, so it enters the address through the data manifest."""
 
     def __post_init__(self) -> None:
         if self.n_train < 1:

@@ -3,8 +3,10 @@
 Why: the 960-example organisms conditioned on the rule a little on train-split episodes (v2: 11 vs 0 discordant
 pairs; v3: 8 vs 2) and not on test_iid ones (3 vs 2; 5 vs 4). Swapping the rule sentence for the other split's
 phrasing, with each episode's own values, hardly changed that in either direction (docs/LOG.md 2026-11-25, session
-17). What the organisms learned goes with the two train values each parameter has, not with the rule's wording. So here each train episode draws new values:
-no value recurs often enough to be memorised, and only reading the rule decides the answer.
+17). What the organisms learned goes with the two train values each parameter has, not with the rule's wording.
+So here each train episode draws new values: no value recurs often enough to be memorised, and only reading the
+rule decides the answer. Outcome (docs/LOG.md 2026-11-25, session 18): the 960-example v4 organism still fails its
+gates (G1 .467); its held-out effect is no longer smaller than its train one (10 vs 3 against 9 vs 4), but small.
 
 A value is replaced according to its shape (:func:`FreshValues.draw`). A value whose shape carries meaning a
 generator cannot keep (paths, codes such as ``VIP40``, titles, diagnoses) keeps its train value. The numbers of one
