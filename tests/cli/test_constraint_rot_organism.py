@@ -82,7 +82,7 @@ def test_profiles_use_the_experiments_recipe() -> None:
     import dataclasses
 
     from agentmill.experiments import get
-    from agentmill.experiments.e164_constraint_rot_organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
 
     exp = get("e164.constraint_rot_organism")
     for profile, n, exp_setup in (("quick", 320, exp.setup_for("full")),

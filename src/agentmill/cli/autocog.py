@@ -285,7 +285,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     """The AC-7 grid of ``e176.recovery`` (GT × ε_gt × seeds; its profile's budgets), one run directory per cell
     and seed (keyed by the battery hash, so a rebuilt battery never meets an old ledger), skipped when its result
     exists. The pass rules are the experiment's own (``run_passes``, ``cell_passes``)."""
-    from agentmill.experiments.e176_recovery import SETUPS, cell_passes, run_passes
+    from agentmill.experiments.e176_autocog.recovery import SETUPS, cell_passes, run_passes
     from agentmill.methods.autocog.recovery import GROUND_TRUTHS, load_batteries
 
     if args.workers < 1:

@@ -764,7 +764,7 @@ def crossing_matrix(rows: list[dict[str, Any]], summarisers: list[str], actors: 
                     seed: int) -> dict[str, Any]:
     """V[s][a] (Wilson 95 %), lenient survival per summariser and η²_S, η²_A over the cell means with cluster-
     bootstrap CIs — the crossing experiment's decomposition (``e164_constraint_rot_crossing``) on CLI labels."""
-    from agentmill.experiments.e164_constraint_rot_crossing import SURVIVED, cell_means, decomposition, eta
+    from agentmill.experiments.e164_constraint_rot.crossing import SURVIVED, cell_means, decomposition, eta
     from agentmill.methods.constraint_rot.stats import wilson_estimate
 
     from agentmill.methods.constraint_rot.metrics import split_summary_failed

@@ -708,3 +708,9 @@ def layouts(n: int, seed: int = 0, calibrate: tuple[float, float] | None = (0.05
             out.append(lay)
         s += 1
     return out
+
+
+TINY_WORLD = KeyDoorConfig(n_rooms=3, n_locks=1, n_distractors=0, trap=True, droppable=False,
+                           include_feedback=False, max_steps=20)
+"""The tiny KeyDoor of the LM-pair experiments (E173 P-6, the E165 LoRA check): 3 rooms, 1 lock, a trap, ≤ 8
+admissible commands per state; no feedback text, so the exact model's states are exactly what a policy sees."""

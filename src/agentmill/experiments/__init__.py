@@ -1,8 +1,13 @@
-"""The experiment registry: an explicit list of modules, each defining one module-level ``EXPERIMENT``.
+"""The experiment registry: one package per paper, each listing its experiment modules.
 
-Modules are imported on first use (so ``agentmill list`` never loads torch), and a duplicate id is an error.
-To add an experiment: write ``e1xx_<slug>_<what>.py`` with ``EXPERIMENT = Experiment(...)`` and append its
-module name to ``MODULES``.
+A paper's package (``e162_tree_rollouts/`` …) names its paper in ``__init__`` and lists its modules in ``MODULES``;
+each module defines one module-level ``EXPERIMENT``. Nothing is imported until it is needed: ``get("e162.x")``
+imports only the E162 package's modules, ``agentmill list`` imports every experiment module but no extra's
+dependency (experiment modules import torch, yaml, … inside the functions that need them; a test checks this on a
+simulated core-only install), and a duplicate id is an error.
+
+To add an experiment: write ``e1xx_<slug>/<what>.py`` with ``EXPERIMENT = Experiment(...)`` and append ``"<what>"``
+to that package's ``MODULES``. A new paper's package is appended to ``PAPERS``.
 """
 
 from __future__ import annotations
@@ -12,74 +17,39 @@ from importlib import import_module
 
 from agentmill.experiments.protocol import PROFILES, Claim, Experiment, RunContext
 
-MODULES: tuple[str, ...] = (
-    "agentmill.experiments.e162_collapse_law",
-    "agentmill.experiments.e162_collapse_llm",
-    "agentmill.experiments.e162_tree_synth",
-    "agentmill.experiments.e162_greedy_submodular",
-    "agentmill.experiments.e162_allocation_synth",
-    "agentmill.experiments.e162_uucb_grid",
-    "agentmill.experiments.e162_tree_llm",
-    "agentmill.experiments.e163_maze_separation",
-    "agentmill.experiments.e163_maze_distill",
-    "agentmill.experiments.e163_maze_llm",
-    "agentmill.experiments.e176_library",
-    "agentmill.experiments.e176_gate",
-    "agentmill.experiments.e176_recovery",
-    "agentmill.experiments.e176_scoring",
-    "agentmill.experiments.e176_resume",
-    "agentmill.experiments.e176_sandbox",
-    "agentmill.experiments.e176_strawman",
-    "agentmill.experiments.e176_durability",
-    "agentmill.experiments.e176_browser",
-    "agentmill.experiments.e176_llm",
-    "agentmill.experiments.e176_perf",
-    "agentmill.experiments.e176_fixture",
-    "agentmill.experiments.e179_markov_gain",
-    "agentmill.experiments.e179_calibration",
-    "agentmill.experiments.e179_sampling_equality",
-    "agentmill.experiments.e179_speed_single_user",
-    "agentmill.experiments.e179_load_vs_fixed",
-    "agentmill.experiments.e179_server",
-    "agentmill.experiments.e179_counterexample",
-    "agentmill.experiments.e179_lossless_exact",
-    "agentmill.experiments.e179_lossless_mc",
-    "agentmill.experiments.e165_g2po_advantage_quality",
-    "agentmill.experiments.e165_g2po_no_repeat_collapse",
-    "agentmill.experiments.e165_g2po_value_variance",
-    "agentmill.experiments.e165_g2po_td_covariance",
-    "agentmill.experiments.e165_g2po_learning_keydoor",
-    "agentmill.experiments.e165_g2po_overhead",
-    "agentmill.experiments.e165_g2po_learning_textworld",
-    "agentmill.experiments.e173_progress_exactness",
-    "agentmill.experiments.e173_progress_reward_vs_advantage",
-    "agentmill.experiments.e173_progress_token_telescoping",
-    "agentmill.experiments.e173_progress_keydoor_grader",
-    "agentmill.experiments.e173_progress_fluency_control",
-    "agentmill.experiments.e173_progress_perf",
-    "agentmill.experiments.e165_g2po_llm_advantage_quality",
-    "agentmill.experiments.e173_progress_lm_pair_distilled",
-    "agentmill.experiments.e173_progress_lm_pair_rl",
-    "agentmill.experiments.e165_g2po_lora_smoke",
-    "agentmill.experiments.e164_constraint_rot_mechanism",
-    "agentmill.experiments.e164_constraint_rot_compression",
-    "agentmill.experiments.e164_constraint_rot_organism",
-    "agentmill.experiments.e164_constraint_rot_frameworks",
-    "agentmill.experiments.e164_constraint_rot_crossing",
-    "agentmill.experiments.e164_constraint_rot_instinct",
-    "agentmill.experiments.e164_constraint_rot_attack_llm",
+PAPERS: tuple[str, ...] = (
+    "agentmill.experiments.e162_tree_rollouts",
+    "agentmill.experiments.e163_backtrack_maze",
+    "agentmill.experiments.e164_constraint_rot",
+    "agentmill.experiments.e165_g2po",
+    "agentmill.experiments.e173_progress_advantage",
+    "agentmill.experiments.e176_autocog",
+    "agentmill.experiments.e179_dspark",
 )
+"""Each paper's experiment package. Compositions (``compose_<name>/``) are listed here too when they land."""
+
+
+def paper_modules(package: str) -> tuple[str, ...]:
+    """The dotted experiment modules of one paper's package (imports only its light ``__init__``)."""
+    return tuple(f"{package}.{name}" for name in import_module(package).MODULES)
+
+
+def all_modules(papers: tuple[str, ...] = PAPERS) -> tuple[str, ...]:
+    return tuple(m for p in papers for m in paper_modules(p))
+
 
 _registry: dict[str, Experiment] | None = None
+_by_paper: dict[str, dict[str, Experiment]] = {}
 
 
 class DuplicateExperimentError(ValueError):
     pass
 
 
-def build_registry(modules: tuple[str, ...] = MODULES) -> dict[str, Experiment]:
+def build_registry(modules: tuple[str, ...] | None = None) -> dict[str, Experiment]:
+    """Import ``modules`` (default: every paper's) and map each ``EXPERIMENT.id`` to it."""
     reg: dict[str, Experiment] = {}
-    for name in modules:
+    for name in all_modules() if modules is None else modules:
         exp = getattr(import_module(name), "EXPERIMENT", None)
         if not isinstance(exp, Experiment):
             raise TypeError(f"{name} must define a module-level EXPERIMENT = Experiment(...)")
@@ -90,14 +60,32 @@ def build_registry(modules: tuple[str, ...] = MODULES) -> dict[str, Experiment]:
 
 
 def registry() -> dict[str, Experiment]:
+    """Every registered experiment, in paper order."""
     global _registry
     if _registry is None:
         _registry = build_registry()
     return _registry
 
 
+def _paper_of(exp_id: str) -> str | None:
+    """The package whose experiments carry ids starting with ``exp_id``'s paper prefix (``e162.x`` -> E162's)."""
+    prefix = exp_id.split(".", 1)[0]
+    for package in PAPERS:
+        if package.rsplit(".", 1)[1].split("_", 1)[0] == prefix:
+            return package
+    return None
+
+
 def get(exp_id: str) -> Experiment:
-    """The experiment with id ``exp_id``; a typo fails with the closest ids."""
+    """The experiment with id ``exp_id``, importing only its paper's package; a typo fails with the closest ids."""
+    if _registry is not None and exp_id in _registry:
+        return _registry[exp_id]
+    package = _paper_of(exp_id)
+    if package is not None:
+        if package not in _by_paper:
+            _by_paper[package] = build_registry(paper_modules(package))
+        if exp_id in _by_paper[package]:
+            return _by_paper[package][exp_id]
     reg = registry()
     if exp_id in reg:
         return reg[exp_id]
@@ -106,5 +94,12 @@ def get(exp_id: str) -> Experiment:
     raise KeyError(f"no experiment {exp_id!r}.{hint} Run 'agentmill list' to see all ids.")
 
 
-__all__ = ["Claim", "Experiment", "RunContext", "PROFILES", "registry", "get", "build_registry", "MODULES",
-           "DuplicateExperimentError"]
+def __getattr__(name: str) -> tuple[str, ...]:
+    # ``MODULES`` (every experiment module, flat) is computed on first use so importing the registry stays cheap.
+    if name == "MODULES":
+        return all_modules()
+    raise AttributeError(name)
+
+
+__all__ = ["Claim", "Experiment", "RunContext", "PROFILES", "PAPERS", "registry", "get", "build_registry",
+           "paper_modules", "all_modules", "DuplicateExperimentError"]

@@ -31,7 +31,7 @@ def test_stub_design_avoids_the_held_out_battery() -> None:
 
 
 def test_no_prompt_of_an_http_run_contains_gt_tokens(tmp_path) -> None:
-    from agentmill.experiments.e176_llm import Setup, build_loop
+    from agentmill.experiments.e176_autocog.llm import Setup, build_loop
 
     s = Setup(gts=("dial3",), rounds=1, reviser_iters=1, max_candidates=6)
     with LoopbackServer() as srv:

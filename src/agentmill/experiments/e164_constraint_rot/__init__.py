@@ -1,0 +1,17 @@
+"""E164, ConstraintRot: rules lost when an agent's context is compacted, and Constraint Pinning.
+
+One module per experiment; each defines a module-level ``EXPERIMENT``. Importing this package imports
+none of them: the registry loads them on first use."""
+
+PAPER = "ConstraintRot (E164; spec constraint-rot.md)"
+
+MODULES: tuple[str, ...] = (
+    "mechanism",
+    "compression",
+    "organism",
+    "frameworks",
+    "crossing",
+    "instinct",
+    "attack_llm",
+)
+"""The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""

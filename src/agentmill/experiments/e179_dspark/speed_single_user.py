@@ -1,0 +1,282 @@
+"""E179-S1/S2/T4 + NC-6, NC-7: one user, speculation vs plain decoding in the same engine.
+
+Every arm decodes every held-out prompt alone (batch 1, 1 thread, ``ignore_eos``), arms interleaved per prompt with
+the order rotated, so machine noise hits all arms alike. The speedup of an arm on a prompt is AR time / arm time;
+the claim is on the median over prompts (bootstrap CI).
+
+S1    ``dspark-async`` at T = 0: median speedup ≥ 1.5 (spec §8; the speedup model gives 1.3–1.7× for τ ≈ 2.5–3.2);
+S1b   the same at T = 1.0: ≥ 1.3;
+S2    the drafter's share of round time ≤ 20% (reported even if it fails);
+T4    greedy outputs of every speculative arm token-identical to AR: share ≥ 0.99 (mismatches logged);
+NC6   a random-weight drafter: τ ≤ 1.2 and speedup < 1 — the harness cannot manufacture a speedup;
+NC7   the AR arm is this engine's best plain path: its tok/s ≥ 0.9 × transformers ``generate`` on the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentmill.core.stats import Estimate, bootstrap_ci
+from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.protocol import Claim, Experiment, RunContext
+
+
+
+@dataclass(frozen=True)
+class Setup:
+    prompts: int = 30
+    max_new: int = 128
+    reps: int = 3
+    temperatures: str = "0,1.0"
+    arms: str = "dspark-async,fixed:7,fixed:1,dspark,threshold:0.5,ngram:4,random:fixed:7"
+    threads: int = 1
+    hf_prompts: int = 5
+    seed: int = 0
+    n_boot: int = 10_000
+    drafter: str = "shipped"
+    model: str = "smollm2"
+    sps_quick: bool = False
+
+
+SETUPS = {
+    "smoke": Setup(prompts=2, max_new=12, reps=1, arms="fixed:4,ngram:4,random:fixed:4", hf_prompts=1, n_boot=100,
+                   drafter="random", model="tiny"),
+    "quick": Setup(prompts=3, max_new=40, reps=1, arms="dspark-async,fixed:7,fixed:1,ngram:4,random:fixed:7",
+                   hf_prompts=3, n_boot=2000, sps_quick=True),
+    "full": Setup(),
+}
+
+CLAIMS = (
+    Claim("E179-S1", "Speculation speeds up one user over plain decoding in the same engine: median per-prompt "
+          "speedup of dspark-async, fp32, T = 0.", "[P] DSpark §4 (single-user speedup)", "2–3× on GPU targets",
+          "s1_speedup_t0", ">=", 1.5, ci_bound=1.0),
+    Claim("E179-S1b", "The same at T = 1.0.", "[P] DSpark §4", "—", "s1_speedup_t1", ">=", 1.3, ci_bound=1.0),
+    Claim("E179-S2", "The drafter is cheap: its share of round wall time (dspark-async, T = 0).",
+          "[P] DSpark §5 (Markov head +0.2–1.3% of round time)", "small", "s2_draft_share", "<=", 0.20,
+          judge_on="point"),
+    Claim("E179-T4", "Speculation is lossless on the real model: share of greedy outputs token-identical to AR "
+          "(every speculative arm).", "[P] DSpark App. A; Leviathan et al. 2023", "exact", "t4_identical_share",
+          ">=", 0.99, judge_on="point"),
+    Claim("E179-NC6a", "Negative control: a random-weight drafter accepts almost nothing (τ).", "[R] spec §7 NC-6",
+          "—", "nc6_tau", "<=", 1.2, judge_on="point"),
+    Claim("E179-NC6b", "Negative control: a random-weight drafter does not speed up decoding (median speedup).",
+          "[R] spec §7 NC-6", "—", "nc6_speedup", "<=", 1.0),
+    Claim("E179-NC7", "The AR baseline is not handicapped: engine plain decode tok/s / transformers generate "
+          "tok/s (same weights, fp32, same threads).", "[R] spec §7 NC-7", "—", "nc7_ar_vs_hf", ">=", 0.9,
+          judge_on="point"),
+)
+
+
+def _arm(name: str, engine: Any, drafter: Any, random_drafter: Any, sps: Any) -> Any:
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import DSparkProposer, NgramProposer
+
+    if name == "off":
+        return SpecEngine(engine, max_num_seqs=1)
+    if name.startswith("ngram:"):
+        k = int(name.split(":")[1])
+        return SpecEngine(engine, NgramProposer(k=k), verify_len=k, max_num_seqs=1)
+    if name.startswith("random:"):
+        return SpecEngine(engine, DSparkProposer(random_drafter), policy=name.split(":", 1)[1], sps=sps,
+                          max_num_seqs=1)
+    return SpecEngine(engine, DSparkProposer(drafter), policy=name, sps=sps, max_num_seqs=1)
+
+
+def sps_table(engine: Any, ctx: RunContext, *, quick: bool, max_r: int = 1, tag: str = "") -> Any:
+    """The engine's SPS(B) table (profiled once per fingerprint and thread count, cached in the work dir)."""
+    from agentmill.methods.dspark.costmodel import SPSTable, engine_step_fn
+
+    path = ctx.work_dir.parent / "e179.sps" / (f"sps-{engine.fingerprint}-t{engine.engine_config.threads}"
+                                               f"-r{max_r}{'-quick' if quick else ''}{tag}.json").replace(":", "_")
+    if path.exists():
+        return SPSTable.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ctx.progress("profiling SPS(B)", 0, None)
+    bs = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64, 128] if quick else \
+        list(range(1, 17)) + [20, 24, 32, 40, 48, 64, 96, 128]
+    rs = [r for r in (1, 4, 16) if r <= max_r]
+    grid = {"B": bs, "R": rs, "ctx": [128, 512] if quick else [128, 512, 1024]}
+    table = SPSTable.profile(engine_step_fn(engine), grid, reps=3 if quick else 7, warmup=1 if quick else 2)
+    table.save(path)
+    return table
+
+
+def _hf_tok_per_s(prompts: list[list[int]], max_new: int, threads: int) -> float:
+    import torch
+
+    from agentmill.lm.hf import load
+
+    lm = load("smollm2")
+    torch.set_num_threads(threads)
+    total, secs = 0, 0.0
+    for p in prompts:
+        ids = torch.tensor([p])
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                    min_new_tokens=max_new, do_sample=False, pad_token_id=lm.tokenizer.eos_token_id)
+        secs += time.perf_counter() - t0
+        total += out.shape[1] - len(p)
+    return total / secs
+
+
+def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    from agentmill.lm.engine import SamplingParams
+    from agentmill.methods.dspark.bench import paired_single_user
+    from agentmill.methods.dspark.data import builtin_prompts, chat_ids
+    from agentmill.methods.dspark.pipeline import tapped_engine
+    from agentmill.experiments.e179_dspark.calibration import load_drafter
+
+    layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
+    engine = tapped_engine(layers, threads=s.threads, model=s.model)
+    drafter = load_drafter(s.drafter, engine, s.model)
+    rnd = load_drafter("random", engine, s.model) if s.model == "tiny" else _random_like(drafter, engine)
+    arms = ["off"] + [a for a in s.arms.split(",") if a]
+    needs_sps = any(a.split(":")[-2 if a.startswith("random:") else 0].startswith(("dspark", "dsd")) for a in arms)
+    sps = sps_table(engine, ctx, quick=s.sps_quick) if needs_sps else None
+    prompts = [chat_ids(engine.tokenizer, it.text) for it in builtin_prompts("test", s.prompts, seed=3)]
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {}
+    temps = [float(t) for t in s.temperatures.split(",")]
+    for T in temps:
+        path = ctx.work_dir / f"single-T{T:g}-{s.prompts}-{s.max_new}-{s.reps}-{s.arms}.json".replace(":", "_")
+        if path.exists():
+            res[f"{T:g}"] = json.loads(path.read_text())
+            continue
+        params = SamplingParams(temperature=T, max_tokens=s.max_new, seed=s.seed, ignore_eos=True)
+        factories = {a: (lambda a=a: _arm(a, engine, drafter, rnd, sps)) for a in arms}
+        total = len(arms) * len(prompts) * s.reps
+        done = [0]
+
+        def tick(k: int, T: float = T) -> None:
+            done[0] += k
+            ctx.progress(f"S1 single user, T = {T:g} (arm × prompt)", done[0], total)
+
+        r = paired_single_user(factories, prompts, params, reps=s.reps, progress=tick)
+        path.write_text(json.dumps(r))
+        res[f"{T:g}"] = r
+    ctx.data["single"] = {T: {"seconds": r["seconds"], "stats": r["stats"]} for T, r in res.items()}
+    out: dict[str, Estimate] = {}
+
+    def speedup(r: dict[str, Any], arm: str) -> np.ndarray:
+        ar = np.median(np.array(r["seconds"]["off"]), axis=1)
+        return ar / np.median(np.array(r["seconds"][arm]), axis=1)
+
+    def med(x: np.ndarray) -> Estimate:
+        return bootstrap_ci(x, np.median, n_boot=s.n_boot, seed=s.seed)
+
+    main = "dspark-async" if "dspark-async" in arms else [a for a in arms if a != "off"][0]
+    summary = {}
+    for T, r in res.items():
+        summary[T] = {a: {"median_speedup": float(np.median(speedup(r, a))), "tau": r["stats"][a]["tau"],
+                          "draft_share": r["stats"][a]["draft_share"]} for a in arms if a != "off"}
+    ctx.data["summary"] = summary
+    if "0" in res:
+        out["s1_speedup_t0"] = med(speedup(res["0"], main))
+        out["s2_draft_share"] = Estimate.exact(res["0"]["stats"][main]["draft_share"])
+        same, n, mism = 0, 0, []
+        for a in arms:
+            if a == "off" or a.startswith("random:") and s.model != "tiny":
+                continue
+            for i, (x, y) in enumerate(zip(res["0"]["tokens"]["off"], res["0"]["tokens"][a])):
+                n += 1
+                same += x == y
+                if x != y:
+                    k = next((j for j, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+                    mism.append({"arm": a, "prompt": i, "first_divergence": k})
+        ctx.data["t4_mismatches"] = mism
+        out["t4_identical_share"] = Estimate.exact(same / n if n else float("nan"), n)
+    if "1" in res:
+        out["s1_speedup_t1"] = med(speedup(res["1"], main))
+    rnd_arm = next((a for a in arms if a.startswith("random:")), None)
+    if rnd_arm is not None:
+        r0 = res[f"{temps[0]:g}"]
+        out["nc6_tau"] = Estimate.exact(r0["stats"][rnd_arm]["tau"])
+        out["nc6_speedup"] = med(speedup(r0, rnd_arm))
+    if s.model == "smollm2" and s.hf_prompts:
+        hf_path = ctx.work_dir / f"hf-{s.hf_prompts}-{s.max_new}-t{s.threads}.json"
+        if hf_path.exists():
+            hf = json.loads(hf_path.read_text())
+        else:
+            ctx.progress("NC7 transformers generate", 0, None)
+            hf = {"tok_s": _hf_tok_per_s(prompts[: s.hf_prompts], s.max_new, s.threads)}
+            hf_path.write_text(json.dumps(hf))
+        r0 = res[f"{temps[0]:g}"]
+        ar_tok_s = s.max_new / np.array(r0["seconds"]["off"])[: s.hf_prompts].mean()
+        ctx.data["nc7"] = {"engine_ar_tok_s": float(ar_tok_s), "hf_tok_s": hf["tok_s"]}
+        out["nc7_ar_vs_hf"] = Estimate.exact(float(ar_tok_s / hf["tok_s"]))
+    return out
+
+
+def _random_like(drafter: Any, engine: Any) -> Any:
+    """A drafter with the trained one's architecture and vocabulary but freshly initialised weights."""
+    from agentmill.methods.dspark.drafter import DSparkDrafter
+
+    return DSparkDrafter.init_for(engine, drafter.cfg, drafter.vocab, seed=12345)
+
+
+def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summ = data.get("summary")
+    if not summ:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for T, arms in sorted(summ.items()):
+        names = list(arms)
+        axes[0].bar([f"{n}\nT={T}" for n in names], [arms[n]["median_speedup"] for n in names], alpha=0.8)
+        axes[1].bar([f"{n}\nT={T}" for n in names], [arms[n]["tau"] for n in names], alpha=0.8)
+    axes[0].axhline(1.0, color="k", lw=1)
+    axes[0].axhline(1.5, color="g", lw=1, ls="--")
+    axes[0].set_ylabel("median speedup over AR")
+    axes[1].set_ylabel("acceptance length τ")
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=6, rotation=60)
+    fig.suptitle("E179-S1: single user, same engine")
+    fig.tight_layout()
+    p = out_dir / "e179_speed_single_user.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths = [p]
+    single = data.get("single", {})
+    if "0" in single:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for a, st in single["0"]["stats"].items():
+            al = st.get("alpha_by_position") or []
+            if al and a != "off" and not a.startswith("ngram"):
+                ax.plot(range(1, len(al) + 1), al, marker="o", label=a)
+        ax.set_xlabel("draft position k")
+        ax.set_ylabel("α_k (T = 0)")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+        ax.set_title("Acceptance by position, single user")
+        fig.tight_layout()
+        p2 = out_dir / "e179_acceptance_by_position.png"
+        fig.savefig(p2, dpi=120)
+        plt.close(fig)
+        paths.append(p2)
+    return paths
+
+
+EXPERIMENT = Experiment(
+    id="e179.speed_single_user",
+    title="DSpark single-user speedup, drafter overhead, greedy losslessness (S1, S2, T4, NC-6, NC-7)",
+    paper=PAPER,
+    claims=CLAIMS,
+    setups=SETUPS,
+    measure=measure,
+    scale_note="SmolLM2-135M fp32 on 1 CPU thread (memory-bound ≈ 15–17 tok/s) vs GPU serving of 4B–14B targets; "
+               "verify cost rises steeply with block length on CPU (spec §8), so the speedup ceiling is ≈ 4×; quick "
+               "uses 3 prompts × 40 tokens, 1 repetition.",
+    requires=frozenset({"hf"}),
+    plots=plots,
+)

@@ -1,0 +1,97 @@
+"""e162.tree_llm on scripted fakes: calibration reuse, per-(arm, prompt) checkpoints and resume, the metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentmill.core.executor import make_executor
+from agentmill.envs.arithmetic import make_pool
+from agentmill.experiments import get
+from agentmill.experiments.e162_tree_rollouts.collapse_llm import _checkpoint_path
+from agentmill.experiments.protocol import RunContext
+from agentmill.lm import load_lm
+
+pytest.importorskip("torch")
+
+
+class CountingWhiteBox:
+    """scripted:whitebox (a white box with a real forkable cache) that counts prompt prefills."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.inner = load_lm("scripted:whitebox")
+        self.prefills, self.fail_after = 0, fail_after
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def forward(self, ids, cache=None, **kw):
+        if cache is None and ids.shape[1] > 1:
+            if self.fail_after is not None and self.prefills >= self.fail_after:
+                raise KeyboardInterrupt
+            self.prefills += 1
+        return self.inner.forward(ids, cache, **kw)
+
+
+def _ctx(tmp_path, lm, profile="smoke"):
+    return RunContext(profile=profile, model="scripted:whitebox", executor=make_executor("serial"),
+                      work_dir=tmp_path / "e162.tree_llm", lm_loader=lambda spec: lm)
+
+
+def _write_calibration(tmp_path, setup, rates):
+    """A pre-existing e162.collapse_llm checkpoint: the experiment must reuse it, not resample."""
+    from agentmill.experiments.e162_tree_rollouts import collapse_llm as r2
+    from dataclasses import replace
+
+    r2_setup = replace(r2.SETUPS["full"], prompts=setup.calib_prompts, samples=setup.calib_samples,
+                       max_new_tokens=setup.max_new_tokens, temperature=setup.temperature, seed=setup.seed)
+    ctx = RunContext(profile="smoke", model="scripted:whitebox", executor=None, work_dir=tmp_path / "e162.collapse_llm")
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    path = _checkpoint_path(r2_setup, ctx)
+    with open(path, "w") as f:
+        for t, k in zip(make_pool(setup.calib_prompts, setup.seed), rates):
+            rewards = [1.0] * k + [0.0] * (setup.calib_samples - k)
+            f.write(json.dumps({"prompt_id": t.prompt_id, "level": t.level, "answer": t.answer, "rewards": rewards,
+                                "reasons": [], "tokens": [], "texts": [], "seconds": 0}) + "\n")
+
+
+def test_smoke_runs_reuses_calibration_and_plots(tmp_path) -> None:
+    exp = get("e162.tree_llm")
+    setup = exp.setups["smoke"]
+    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2])   # hard: ids 0, 2, 5 ...; lake: 1, 3, 6
+    lm = CountingWhiteBox()
+    ctx = _ctx(tmp_path, lm)
+    m = exp.measure(setup, ctx)
+    n_trees = 3 * (setup.hard + setup.lake)
+    assert lm.prefills == n_trees + 1                # one per tree + the throughput probe, none for calibration
+    assert ctx.data["throughput_step0"]["decode_tok_s_b4"] > 0
+    ids = [t.prompt_id for t in make_pool(setup.calib_prompts, setup.seed)]
+    assert ctx.data["hard"] == [ids[0], ids[2]] and ctx.data["lake"] == [ids[1]]
+    assert {"r3l_ratio", "r3l2_worst_token_ratio", "nc5_max_excess"} <= set(m)
+    # trees share prefixes: at equal leaves the uucb arm never feeds more tokens than independent sampling
+    assert m["r3l2_forward_ratio"].value <= 1.0 + 1e-9
+    rollouts = (tmp_path / "e162.tree_llm" / "rollouts.jsonl").read_text().splitlines()
+    assert sum(1 for line in rollouts if json.loads(line)["selector"] == "uucb") >= setup.snapshot_leaves
+    paths = exp.plots(json.loads(json.dumps(ctx.data)), tmp_path)
+    assert all(p.exists() for p in paths)
+
+
+def test_interrupted_run_resumes_per_tree(tmp_path) -> None:
+    exp = get("e162.tree_llm")
+    setup = exp.setups["smoke"]
+    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2])
+    with pytest.raises(KeyboardInterrupt):
+        exp.measure(setup, _ctx(tmp_path, CountingWhiteBox(fail_after=4)))
+    lm = CountingWhiteBox()
+    exp.measure(setup, _ctx(tmp_path, lm))
+    # the first run did the probe and 3 trees; the rerun does the probe and only the trees not yet done
+    assert lm.prefills == 3 * (setup.hard + setup.lake) - 3 + 1
+
+
+def test_too_few_hard_prompts_is_a_clear_error(tmp_path) -> None:
+    exp = get("e162.tree_llm")
+    setup = exp.setups["smoke"]
+    _write_calibration(tmp_path, setup, [0] * 8)
+    with pytest.raises(ValueError, match="hard prompts"):
+        exp.measure(setup, _ctx(tmp_path, CountingWhiteBox()))
