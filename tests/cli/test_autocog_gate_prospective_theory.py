@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentmill.cli.main import main
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog.scoring import prospective_scores
 
 RUN = ["--n-designs", "4", "--max-candidates", "12", "--gt", "tallying", "--eps", "0.0"]

@@ -52,7 +52,7 @@ def test_run_human_cohort_pause_resume_and_study_hash_in_ledger(tmp_path, capsys
     assert "status awaiting_data" in out and "sessions create" in out
     first = json.loads((d / "ledger.jsonl").read_text().splitlines()[0])
     assert first["kind"] == "config"
-    from agentmill.methods.autocog.ledger import Ledger
+    from agentmill.core.ledger import Ledger
     from agentmill.methods.autocog.web.study import load_study, study_sha256
 
     conf = Ledger(d).get("config")

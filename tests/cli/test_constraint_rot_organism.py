@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request  # module level: FastAPI resolves the handler's annotations here
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from agentmill.cli import constraint_rot as cr_cli  # noqa: E402
 from agentmill.cli.main import main  # noqa: E402
+from agentmill.lm.loopback import LoopbackServer  # noqa: E402
 from agentmill.methods.constraint_rot.actors import AlwaysComply, RuleReader  # noqa: E402
 from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard  # noqa: E402
-from tests.helpers.openai_app import serve  # noqa: E402
 from tests.methods.constraint_rot.test_organism_train import SPECIAL, ChatMLBytes, tiny_base  # noqa: E402
 
 CR = ["constraint-rot"]
@@ -82,7 +81,7 @@ def test_profiles_use_the_experiments_recipe() -> None:
     import dataclasses
 
     from agentmill.experiments import get
-    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import recipe_of
 
     exp = get("e164.constraint_rot_organism")
     for profile, n, exp_setup in (("quick", 320, exp.setup_for("full")),
@@ -259,22 +258,12 @@ def test_an_adapter_that_does_not_fit_the_base_exits_2_and_writes_nothing(traine
 
 
 def test_run_with_an_endpoint_writes_rows_and_keeps_the_key_out(tmp_path, monkeypatch, capsys):
-    key, seen = "sk-cli-secret-0815", []
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(req: Request):  # type: ignore[no-untyped-def]
-        body = await req.json()
-        seen.append((body["model"], req.headers.get("authorization"), bool(body.get("tools"))))
-        msg = {"role": "assistant", "content": "I can't do that: it breaks a standing rule."}
-        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
-
+    key = "sk-cli-secret-0815"
     eps = _episodes(tmp_path, capsys)
     res = tmp_path / "res.jsonl"
     monkeypatch.setenv("CR_TEST_KEY", key)
-    with serve(app) as url:
+    with LoopbackServer(lambda r: "I can't do that: it breaks a standing rule.", model="org-model") as srv:
+        url = srv.base_url
         assert main([*CR, "run", "--episodes", str(eps), "--actor", f"endpoint:{url}#org-model",
                      "--api-key-env", "CR_TEST_KEY", "--tool-format", "native", "--conditions", "full",
                      "--out", str(res)]) == 0
@@ -282,6 +271,7 @@ def test_run_with_an_endpoint_writes_rows_and_keeps_the_key_out(tmp_path, monkey
     rows = [json.loads(x) for x in res.read_text().splitlines()]
     assert summary["rows"] == len(rows) == 2 and summary["errors"] == 0, [r.get("error") for r in rows]
     assert {r["actor"] for r in rows} == {"endpoint:org-model"} and not any(r["violation"] for r in rows)
+    seen = [(r.body["model"], r.headers.get("authorization"), bool(r.body.get("tools"))) for r in srv.log]
     assert seen and all(s == ("org-model", f"Bearer {key}", True) for s in seen)
     manifest = (tmp_path / "res.jsonl.manifest.json").read_text()
     cfg = json.loads(manifest)["runs"][0]["actor_config"]

@@ -73,6 +73,31 @@ def test_bad_override_fails_before_writing(tmp_path) -> None:
     assert not (tmp_path / "smoke").exists()
 
 
+def test_missing_extra_fails_before_writing_and_is_a_record_in_a_suite(tmp_path, monkeypatch) -> None:
+    from agentmill.core import extras
+    from agentmill.core.extras import MissingExtraError
+
+    monkeypatch.setitem(extras.EXTRA_IMPORTS, "planted", ("agentmill_no_such_module",))
+    needy = dataclasses.replace(COIN, id="fake.needy", requires=frozenset({"planted"}))
+    with pytest.raises(MissingExtraError, match=r"experiment fake.needy needs the 'planted' extra: "
+                                                r"pip install 'agentmill\[planted\]'"):
+        run_experiment(needy, profile="smoke", runs_dir=tmp_path)
+    assert not (tmp_path / "smoke").exists()
+    recs = run_suite([needy, COIN], profile="smoke", runs_dir=tmp_path)
+    assert [r.status for r in recs] == ["error", "ok"]
+    assert "pip install 'agentmill[planted]'" in recs[0].error
+
+
+def test_an_undeclared_extra_reached_in_measure_names_its_install(tmp_path) -> None:
+    def measure(setup, ctx):
+        raise ModuleNotFoundError("No module named 'textworld'", name="textworld")
+
+    exp = dataclasses.replace(COIN, id="fake.reaches_textworld", measure=measure)
+    rec = run_experiment(exp, profile="smoke", runs_dir=tmp_path)
+    assert rec.status == "error"
+    assert rec.error == "ModuleNotFoundError: No module named 'textworld' (pip install 'agentmill[textworld]')"
+
+
 def test_fresh_run_moves_old_checkpoints_aside_and_resume_keeps_them(tmp_path) -> None:
     seen = []
 

@@ -265,8 +265,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _recover_one(item: tuple) -> dict:
     """One AC-7 grid run (module level so a process pool can pickle it); resumes from its ledger if killed."""
+    from agentmill.core.records import write_bytes_atomic
     from agentmill.methods.autocog.config import AutoCogConfig
-    from agentmill.methods.autocog.ledger import atomic_write
     from agentmill.methods.autocog.recovery import run_recovery
 
     s, gt, eps, seed, run_dir = item
@@ -277,23 +277,23 @@ def _recover_one(item: tuple) -> dict:
                         rescore_n=s.rescore_n)
     m = run_recovery(gt, eps, seed, Path(run_dir), cfg=cfg)
     m = {k: v for k, v in m.items() if k != "history"}
-    atomic_write(done, json.dumps(m, sort_keys=True, default=str).encode())
+    write_bytes_atomic(done, json.dumps(m, sort_keys=True, default=str).encode())
     return m
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     """The AC-7 grid of ``e176.recovery`` (GT × ε_gt × seeds; its profile's budgets), one run directory per cell
     and seed (keyed by the battery hash, so a rebuilt battery never meets an old ledger), skipped when its result
-    exists. The pass rules are the experiment's own (``run_passes``, ``cell_passes``)."""
-    from agentmill.experiments.e176_autocog.recovery import SETUPS, cell_passes, run_passes
-    from agentmill.methods.autocog.recovery import GROUND_TRUTHS, load_batteries
+    exists. The pass rules are the experiment's own (``methods.autocog.recovery.run_passes``, ``cell_passes``)."""
+    from agentmill.experiments import get
+    from agentmill.methods.autocog.recovery import GROUND_TRUTHS, cell_passes, load_batteries, run_passes
 
     if args.workers < 1:
         return _fail(f"--workers must be >= 1, got {args.workers}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return _fail(f"--out {out} exists and is not a directory")
-    s, bats = SETUPS[args.grid], load_batteries()
+    s, bats = get("e176.recovery").setup_for(args.grid), load_batteries()
     items = [(s, gt, eps, seed, str(out / args.grid / f"{gt}_eps{eps}_s{seed}_"
                                     f"{bats[GROUND_TRUTHS[gt].rating_max]['sha256'][:8]}"))
              for gt in s.gts for eps in s.noise for seed in range(s.seeds)]

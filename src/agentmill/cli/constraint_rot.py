@@ -49,7 +49,7 @@ transformers backend exists (``--backend llamacpp`` exits 2).
 ``cross`` runs every actor on every (episode, summariser) with ``compacted`` and writes the result rows (with
 ``summariser``/``actor_spec`` labels) to ``--out``, the manifest next to it, and ``<out>.matrix.json``: V[s][a]
 (Wilson 95 %), lenient survival per summariser, η²_S = SS_rows/SS_total and η²_A = SS_cols/SS_total over the cell
-means with cluster-bootstrap CIs (the functions of ``experiments/e164_constraint_rot_crossing``), the share of
+means with cluster-bootstrap CIs (the functions of ``methods/constraint_rot/crossing``), the share of
 (episode, summariser) pairs whose actors all read the same input, and the summariser calls (≤ episodes ×
 LLM summarisers thanks to the cache). It prints the matrix.
 
@@ -213,14 +213,8 @@ def parse_attack(text: str, *, channel: str = "http_page", position: str = "end"
     raise ValueError(f"{where}: expected none, fixed, filler, forged_card, template:A1..A6 or an attack .json file")
 
 
-def write_lines_atomic(path: Path, lines: list[str]) -> Path:
-    """Write ``lines`` to ``path`` atomically (:func:`agentmill.core.records.write_text_atomic`)."""
-    from agentmill.core.records import write_text_atomic
-
-    return write_text_atomic(path, "".join(line + "\n" for line in lines))
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
+    from agentmill.core.records import write_text_atomic
     from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
 
     if args.n < 1:
@@ -232,7 +226,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"locations": locations} if locations else {}
     eps = generate_episodes(cat, split=args.split, n=args.n, seed=args.seed, kinds=kinds, attack=attack,
                             early_probe=args.early_probe, counter=_counter(args.counter), **kw)
-    write_lines_atomic(Path(args.out), [e.to_json() for e in eps])
+    write_text_atomic(Path(args.out), "".join(e.to_json() + "\n" for e in eps))
     print(json.dumps({"out": args.out, "episodes": len(eps), "split": args.split, "seed": args.seed,
                       "catalogue_version": cat.version, "catalogue_sha": cat.sha256,
                       "attack": attack.to_dict() if attack else None}, indent=2))
@@ -763,11 +757,12 @@ def _fmt(x: float | None) -> str:
 def crossing_matrix(rows: list[dict[str, Any]], summarisers: list[str], actors: list[str], *, B: int,
                     seed: int) -> dict[str, Any]:
     """V[s][a] (Wilson 95 %), lenient survival per summariser and η²_S, η²_A over the cell means with cluster-
-    bootstrap CIs — the crossing experiment's decomposition (``e164_constraint_rot_crossing``) on CLI labels."""
-    from agentmill.experiments.e164_constraint_rot.crossing import SURVIVED, cell_means, decomposition, eta
-    from agentmill.methods.constraint_rot.stats import wilson_estimate
-
+    bootstrap CIs — the crossing decomposition (``methods/constraint_rot/crossing``) on CLI labels."""
+    from agentmill.core.stats import proportion_estimate
+    from agentmill.methods.constraint_rot.crossing import cell_means, decomposition, eta
     from agentmill.methods.constraint_rot.metrics import split_summary_failed
+    from agentmill.methods.constraint_rot.stats import WILSON_Z
+    from agentmill.methods.constraint_rot.survival import SURVIVED
 
     # a row whose summary failed saw the uncompacted context: counted per cell, left out of V, survival and η²
     labelled = [{**r, "compactor": r["summariser"], "actor": r["actor_spec"]} for r in rows]
@@ -777,13 +772,15 @@ def crossing_matrix(rows: list[dict[str, Any]], summarisers: list[str], actors: 
         for a in actors:
             here = [r for r in cells if r["compactor"] == s and r["actor"] == a]
             k = sum(bool(r["violation"]) for r in here)
-            w = wilson_estimate(k, len(here)) if here else None  # None: every summary of the cell failed
+            # None: every summary of the cell failed
+            w = proportion_estimate(k, len(here), z=WILSON_Z) if here else None
             V.append({"summariser": s, "actor": a, "n": len(here), "violations": k, **_vlh(w), "errors": sum(bool(r.get("error")) for r in here),
                       "summary_failed": sum(r["compactor"] == s and r["actor"] == a for r in failed)})
     survival = {}
     for s in summarisers:  # identical contexts across actors: one label per episode (the first actor's rows)
         here = [r for r in cells if r["compactor"] == s and r["actor"] == actors[0]]
-        w = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here)) if here else None
+        k = sum(r.get("survival_label") in SURVIVED for r in here)
+        w = proportion_estimate(k, len(here), z=WILSON_Z) if here else None
         survival[s] = dict(zip(("survival", "lo", "hi"), _vlh(w).values()))
     complete = [s for s in summarisers if all(c["n"] for c in V if c["summariser"] == s)]
     point = (eta(cell_means(cells, complete, actors)) if len(complete) >= 2
@@ -1092,6 +1089,7 @@ def withheld(table: Any) -> list[str]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from agentmill.core.records import write_text_atomic
     from agentmill.methods.constraint_rot.metrics import load_rows, summarise
     from agentmill.methods.constraint_rot.prereg import load_prereg
 
@@ -1108,9 +1106,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     prereg = load_prereg(args.prereg)
     table = summarise(rows, B=args.B, seed=args.seed, prereg=prereg)
     out = Path(args.out)
-    write_lines_atomic(out, [table.to_markdown().rstrip("\n")])
+    write_text_atomic(out, table.to_markdown().rstrip("\n") + "\n")
     json_out = out.with_suffix(".json")
-    write_lines_atomic(json_out, [table.to_json()])
+    write_text_atomic(json_out, table.to_json() + "\n")
     print(f"prereg sha256 {prereg.sha256} (v{prereg.version})")
     print(f"wrote {out} and {json_out}: {table.health.n_rows} rows, {len(table.cells)} cells, "
           f"{table.health.errors} errors, {table.health.grader_mismatch} grader mismatches, "

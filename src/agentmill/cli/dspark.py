@@ -28,11 +28,10 @@ def _layers(s: str) -> tuple[int, ...]:
 
 
 def _bar(total: int, desc: str):
-    from agentmill.cli.main import _progress_bar
+    """A started bar and a function that advances it by k."""
+    from agentmill.cli.bars import started_bar
 
-    prog = _progress_bar()
-    task = prog.add_task(desc, total=total)
-    prog.start()
+    prog, task = started_bar(total, desc)
     return prog, (lambda k: prog.advance(task, k))
 
 

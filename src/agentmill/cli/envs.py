@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentmill.cli.bars import started_bar
 from agentmill.cli.files import existing_file, output_path
 
 ENV_CHOICES = "keydoor-v0 | keydoor-unique-v0 | textworld:DIR"
@@ -45,15 +46,6 @@ def _positive(name: str, v: int) -> int:
     if v < 1:
         raise ValueError(f"--{name} must be >= 1, got {v}")
     return v
-
-
-def _bar(total: int | None, desc: str):
-    from agentmill.cli.main import _progress_bar
-
-    prog = _progress_bar()
-    task = prog.add_task(desc, total=total)
-    prog.start()
-    return prog, task
 
 
 # ---------------------------------------------------------------------------------------------- textworld-games
@@ -85,7 +77,7 @@ def cmd_textworld_games(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     thread = threading.Thread(target=work, name="make_games", daemon=True)
-    prog, task = _bar(args.n, "TextWorld games (tw-make, calibrated)")
+    prog, task = started_bar(args.n, "TextWorld games (tw-make, calibrated)")
     try:
         thread.start()
         while thread.is_alive():
@@ -229,7 +221,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     meta = {"policy": args.policy, "agentmill": __version__, "git": git_commit(), "group_size": args.n,
             "max_steps": args.max_steps}
     t0 = time.perf_counter()
-    prog, task = _bar(len(tasks), f"rollout groups ({env_name}, N={args.n})")
+    prog, task = started_bar(len(tasks), f"rollout groups ({env_name}, N={args.n})")
     try:
         steps, labels, _ = collect_groups(lambda t: _Counted(factory(t), lambda: prog.advance(task)), policy, tasks,
                                           group_size=args.n, seed=args.seed, out=partial,

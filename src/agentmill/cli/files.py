@@ -1,18 +1,15 @@
 """Input and output files of the credit-assignment commands (``agentmill envs|g2po|progress``).
 
 Inputs are checked before any work, and every problem becomes one ``ValueError`` line (the CLI exits 2). Outputs
-are never torn: a file is written to a hidden temporary name in the target's folder, flushed, fsynced and renamed
-over the target (the same discipline as ``agentmill.core.records.write_json_atomic``), so a crash or a Ctrl-C
-leaves either the previous file or the complete new one, and bad input leaves nothing at all.
+are never torn: the commands write through the one atomic writer, :mod:`agentmill.core.records`
+(``write_text_atomic``, ``write_jsonl_atomic``, ``atomic_target``), so a crash or a Ctrl-C leaves either the
+previous file or the complete new one, and bad input leaves nothing at all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,39 +35,6 @@ def output_path(path: str | os.PathLike[str], what: str) -> Path:
     if p.is_dir():
         raise ValueError(f"{what}: {p} is a directory, not a file")
     return p
-
-
-@contextlib.contextmanager
-def atomic_target(path: Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success fsync it and rename it over ``path``, on any error
-    remove it. For writers that want a file name (``StepTable.to_jsonl``, ``collect_groups(out=...)``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; the output is an ordinary file of the user's
-    try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
-    with atomic_target(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return path
-
-
-def write_jsonl_atomic(path: Path, records: Iterable[Any]) -> Path:
-    """Write one JSON object per line to ``path`` atomically."""
-    return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def read_rollouts(path: str | os.PathLike[str], what: str = "--in") -> tuple[Any, Any, list[dict[str, Any]]]:

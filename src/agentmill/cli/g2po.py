@@ -23,7 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentmill.cli.files import output_path, read_rollouts, write_jsonl_atomic, write_text_atomic
+from agentmill.cli.files import output_path, read_rollouts
+from agentmill.core.records import write_jsonl_atomic, write_text_atomic
 
 ADVANTAGES_SCHEMA = "agentmill.advantages/1"
 ESTIMATORS = ("grpo", "gigpo", "g2po")

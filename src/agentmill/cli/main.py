@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from agentmill.cli.bars import progress_bar
 from agentmill.experiments.protocol import PROFILES
 from agentmill.lm.base import LMError
 
@@ -53,39 +54,53 @@ def _console():
     return Console(highlight=False, width=None if sys.stdout.isatty() else 180)
 
 
-def _progress_bar():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    transient=False)
-
-
 def _verdict_style(v: str) -> str:
     return {"supported": "green", "not_supported": "red", "inconclusive": "yellow", "error": "bold red"}.get(v, "dim")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
-    from agentmill.experiments import registry
+    from agentmill.experiments import paper_modules, registry, unavailable
     from agentmill.experiments.runner import load_record
 
-    table = Table(title="agentmill experiments")
-    for col in ("experiment", "claim", "test", f"verdict ({args.profile})", "title / claim"):
+    table = Table(title="agentmill experiments",
+                  caption="needs: the extras an experiment runs with ([red]red[/]: not installed here; "
+                          "pip install 'agentmill\\[<extra>]'); model experiments also need their --model's backend "
+                          "(the default hf:smollm2 needs 'hf')")
+    for col in ("experiment", "needs", "claim", "test", f"verdict ({args.profile})", "title / claim"):
         table.add_column(col)
     for exp_id, exp in registry().items():
         rec = load_record(Path(args.runs_dir), args.profile, exp_id)
-        table.add_row(f"[bold]{exp_id}[/]", "", "", "error" if rec and rec.status != "ok" else "", exp.title)
+        table.add_row(f"[bold]{exp_id}[/]", _needs(exp), "", "", "error" if rec and rec.status != "ok" else "",
+                      exp.title)
         for c in exp.claims:
             v = rec.verdicts.get(c.id, "") if rec and rec.status == "ok" else ""
-            table.add_row("", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]", c.statement)
+            table.add_row("", "", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]",
+                          c.statement)
+    for package, missing in unavailable().items():
+        table.add_row(f"[bold]{package.rsplit('.', 1)[1]}/*[/]", ", ".join(f"[red]{m}[/]" for m in missing), "", "",
+                      "", escape(f"{len(paper_modules(package))} experiments, not loaded: "
+                                 f"pip install 'agentmill[{','.join(missing)}]'"))
     _console().print(table)
     return 0
 
 
+def _needs(exp) -> str:
+    """The extras ``exp`` declares (``+model`` for a model experiment), the missing ones in red."""
+    from agentmill.core.extras import missing_extras
+
+    missing = set(missing_extras(exp.requires))
+    names = [f"[red]{x}[/]" if x in missing else x for x in sorted(exp.requires)]
+    return ", ".join(names + (["+model"] if exp.uses_model else [])) or "core"
+
+
 def _print_record(console, exp, rec) -> None:
     if rec.status != "ok":
-        console.print(f"[bold red]{exp.id} failed:[/] {rec.error}")
+        from rich.markup import escape
+
+        console.print(f"[bold red]{exp.id} failed:[/] {escape(str(rec.error))}")
         return
     from agentmill.report.render import missing_reason, model_label
 
@@ -118,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = _parse_sets(args.set)
     exp.setup_for(args.profile, overrides)  # validate before any work
     console = _console()
-    with _progress_bar() as progress:
+    with progress_bar() as progress:
         rec = run_experiment(exp, profile=args.profile, model=args.model, overrides=overrides,
                              executor=args.executor, runs_dir=args.runs_dir,
                              progress=_progress_factory(progress)(exp), resume=not args.fresh)
@@ -137,15 +152,22 @@ def _positive_int(text: str) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from agentmill.experiments import get, registry
+    from rich.markup import escape
+
+    from agentmill.experiments import get, paper_modules, registry, unavailable
     from agentmill.experiments.runner import run_suite
 
     exps = [get(i) for i in args.only] if args.only else list(registry().values())
     console = _console()
+    if not args.only:
+        for package, missing in unavailable().items():
+            console.print("[yellow]skipped[/] " + escape(f"the {len(paper_modules(package))} experiments of "
+                                                          f"{package.rsplit('.', 1)[1]}: "
+                                                          f"pip install 'agentmill[{','.join(missing)}]'"))
     console.print(f"[bold]agentmill reproduce[/] — {len(exps)} experiments at profile [bold]{args.profile}[/]"
                   f", model {args.model or 'hf:smollm2'}")
     failed = []
-    with _progress_bar() as progress:
+    with progress_bar() as progress:
         overall = progress.add_task("suite", total=len(exps))
 
         def done(exp, rec):

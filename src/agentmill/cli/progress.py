@@ -30,7 +30,8 @@ import sys
 import warnings
 from typing import Any
 
-from agentmill.cli.files import existing_file, output_path, read_rollouts, write_jsonl_atomic
+from agentmill.cli.files import existing_file, output_path, read_rollouts
+from agentmill.core.records import write_jsonl_atomic
 
 ADAPTER_MARK = "+adapter="
 
@@ -67,10 +68,9 @@ def load_pair(policy: str, reference: str) -> tuple[Any, Any, Any]:
 def cmd_score(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from agentmill.cli.envs import _bar
+    from agentmill.cli.bars import started_bar
     from agentmill.methods.progress_advantage.config import PAConfig
-    from agentmill.methods.progress_advantage.scorer import (ProgressAdvantageScorer, episodes_from_table,
-                                                             write_scores)
+    from agentmill.methods.progress_advantage.scorer import ProgressAdvantageScorer, episodes_from_table, write_scores
 
     cfg = PAConfig(beta=_finite("beta", args.beta), token_agg=args.token_agg, step_agg=args.step_agg,
                    ratio_mode=args.ratio_mode, action_space=args.action_space, truncate=args.truncate,
@@ -87,7 +87,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     scorer = ProgressAdvantageScorer(pol, ref, cfg)
     scores = []
     seen: set[str] = set()
-    prog, task = _bar(len(keyed), f"progress scores ({args.policy} vs {args.reference})")
+    prog, task = started_bar(len(keyed), f"progress scores ({args.policy} vs {args.reference})")
     try:
         for s in range(0, len(keyed), args.batch_size):
             chunk = [ep for _, ep in keyed[s: s + args.batch_size]]

@@ -6,9 +6,11 @@ kill at any moment leaves either the old complete record or the new complete rec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,27 +20,51 @@ from agentmill.core.stats import Estimate
 RECORD_SCHEMA = 1
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` via temp file + fsync + rename (a kill never leaves a torn file)."""
+@contextlib.contextmanager
+def atomic_target(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """The one atomic writer: yield a temporary path beside ``path``; on success fsync it and rename it over
+    ``path``, on any error remove it. A kill at any moment leaves the old complete file or the new one, never a
+    torn one. Writers that want a file name (``StepTable.to_jsonl``, ``torch.save``) write to the yielded path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; the output is an ordinary file of the user's
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    with atomic_target(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as JSON to ``path`` via temp file + fsync + rename."""
+    """Write ``obj`` as indented JSON to ``path`` atomically (Estimates, numpy values, paths and dataclasses
+    are converted)."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> Path:
+    """Write one JSON object per line to ``path`` atomically."""
+    return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n"
+                                           for r in records))
 
 
 def _json_default(o: Any) -> Any:

@@ -1,13 +1,24 @@
-"""Estimates with uncertainty: bootstrap CIs, paired differences, equivalence tests.
+"""Estimates with uncertainty, and the one copy of every statistic the project uses.
 
 Every number an experiment reports is an :class:`Estimate` (a value and a confidence interval), so a judge can
 refuse to call a claim supported when the interval straddles the threshold.
+
+Contents: bootstrap CIs (i.i.d., paired, rate ratio, one-stage :func:`cluster_bootstrap` over a cluster array,
+:func:`two_stage_bootstrap` over rows nested cluster → unit, :func:`percentile_estimate` of any replicates);
+binomial intervals (:func:`proportion_estimate`, Wilson; :func:`clopper_pearson`, exact); TOST; rank statistics
+(:func:`auroc`, :func:`spearman`); tests and corrections (:func:`mcnemar_exact`, :func:`holm`,
+:func:`benjamini_hochberg`); the two-way :func:`variance_decomposition`.
+
+One rule for undefined values: a statistic that is undefined on its input (an AUROC without both classes, the
+rank correlation of a constant vector) returns NaN rather than raising, and the bootstraps drop NaN resamples and
+count them in ``Estimate.method``. Malformed input (mismatched shapes, a p-value outside [0, 1]) raises
+``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -93,14 +104,33 @@ def mean_estimate(samples: Sequence[float] | np.ndarray, *, level: float = 0.95,
     return bootstrap_ci(samples, np.mean, n_boot=n_boot, level=level, seed=seed)
 
 
-def proportion_estimate(successes: int, n: int, *, level: float = 0.95) -> Estimate:
-    """Binomial proportion with a Wilson score interval (well behaved at 0 and n, unlike the normal one)."""
+def _check_counts(successes: int, n: int) -> None:
+    if isinstance(successes, bool) or isinstance(n, bool) or int(successes) != successes or int(n) != n:
+        raise ValueError(f"binomial counts must be integers, got successes={successes!r}, n={n!r}")
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
     if not 0 <= successes <= n:
         raise ValueError(f"successes must be in [0, n={n}], got {successes}")
+
+
+def proportion_estimate(successes: int, n: int, *, level: float = 0.95, z: float | None = None) -> Estimate:
+    """Binomial proportion with the Wilson score interval: centre (p̂ + z²/2n)/(1 + z²/n), half-width
+    z·sqrt(p̂(1−p̂)/n + z²/4n²)/(1 + z²/n). Well behaved at 0 and n, where the normal interval collapses.
+
+    ``z`` instead of ``level`` is for a spec that fixes the quantile (ConstraintRot §2.11: z = 1.96); it is turned
+    into its coverage 2Φ(z) − 1, which the Estimate records as ``level`` (and the quantile is read back from it,
+    so both spellings give the same numbers). ``n = 0`` raises: the proportion is undefined, and callers say
+    "not measured" (None) instead. Counts must be integers (3.0 is accepted, 1.5 and True are not).
+    """
+    _check_counts(successes, n)
     from scipy.stats import norm
 
+    if z is not None:
+        if not z > 0:
+            raise ValueError(f"z must be positive, got {z}")
+        level = float(2 * norm.cdf(z) - 1)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
     z = float(norm.ppf(1 - (1 - level) / 2))
     p = successes / n
     den = 1 + z * z / n
@@ -108,6 +138,22 @@ def proportion_estimate(successes: int, n: int, *, level: float = 0.95) -> Estim
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
     return Estimate(p, max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)), n=n, level=level,
                     method="wilson")
+
+
+def clopper_pearson(successes: int, n: int, *, level: float = 0.95) -> Estimate:
+    """Binomial proportion with the exact (Clopper–Pearson) interval: the beta quantiles
+    ``Beta(α/2; k, n−k+1)`` and ``Beta(1−α/2; k+1, n−k)``, with lo = 0 at k = 0 and hi = 1 at k = n. Conservative
+    (coverage ≥ level for every p); use it where a guarantee matters more than width. ``n = 0`` raises."""
+    _check_counts(successes, n)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    from scipy.stats import beta
+
+    k, alpha = int(successes), 1 - level
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    p = k / n
+    return Estimate(p, min(lo, p), max(hi, p), n=int(n), level=level, method="clopper_pearson")
 
 
 def paired_diff(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, stat: str = "mean",
@@ -222,7 +268,9 @@ def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndar
     """Area under the ROC curve = Pr(score of a positive > score of a negative), ties counting 1/2.
 
     Computed as the Mann-Whitney U statistic over average ranks, O(n log n). ``labels`` are truthy for positives.
-    Raises ``ValueError`` when either class is empty (the AUROC is undefined there, not 0.5) or a score is NaN.
+    Returns NaN when either class is empty (n = 0 included): the AUROC is undefined there, not 0.5, and the
+    bootstraps drop such a resample. Raises ``ValueError`` on a NaN score (a missing score is the caller's to drop
+    and count) or mismatched shapes.
     """
     s = np.asarray(scores, dtype=float)
     y = np.asarray(labels).astype(bool)
@@ -233,7 +281,7 @@ def auroc(scores: Sequence[float] | np.ndarray, labels: Sequence[bool] | np.ndar
     n1 = int(y.sum())
     n0 = y.size - n1
     if n1 == 0 or n0 == 0:
-        raise ValueError(f"auroc needs both classes, got {n1} positives and {n0} negatives")
+        return math.nan
     _, inv, counts = np.unique(s, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
     avg_rank = (ends - counts + 1 + ends) / 2.0  # 1-based ranks start+1..end, averaged over a tie block
@@ -250,7 +298,8 @@ def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: Sequence[An
     ``stat(arange(n))``. Rows inside a cluster are dependent (steps of one trajectory), so resampling rows would
     give intervals that are too narrow. A resample on which ``stat`` is undefined (it returns NaN or raises
     ``ValueError``, e.g. an AUROC without positives) is dropped; ``Estimate.method`` records how many were.
-    Paired comparisons come free: let ``stat`` return a difference of two statistics on the same rows.
+    Paired comparisons come free: let ``stat`` return a difference of two statistics on the same rows. For rows
+    nested two levels deep (episodes inside families) see :func:`two_stage_bootstrap`.
     """
     c = np.asarray(clusters)
     if c.ndim != 1 or c.size == 0:
@@ -265,26 +314,233 @@ def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: Sequence[An
     value = float(stat(np.arange(c.size)))
     n_clusters = counts.size
     rng = np.random.default_rng(seed)
-    boots = []
-    dropped = 0
-    for _ in range(n_boot):
+    boots = np.empty(n_boot)
+    for i in range(n_boot):
         pick = rng.integers(0, n_clusters, size=n_clusters)
         k = counts[pick]
         # vectorised concatenation of the picked clusters' row lists
         offsets = np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)
         rows = order[np.repeat(starts[pick], k) + offsets]
         try:
-            b = float(stat(rows))
+            boots[i] = float(stat(rows))
         except ValueError:
-            b = math.nan
-        if math.isnan(b):
-            dropped += 1
-        else:
-            boots.append(b)
-    if not boots or math.isnan(value):
-        return Estimate(value, math.nan, math.nan, n=n_clusters, level=level,
-                        method=f"cluster_bootstrap(dropped={dropped})")
+            boots[i] = math.nan
+    return percentile_estimate(value, boots, n=n_clusters, level=level, method="cluster_bootstrap")
+
+
+def percentile_estimate(value: float, boots: Sequence[float] | np.ndarray, *, n: int, level: float = 0.95,
+                        method: str = "cluster_bootstrap") -> Estimate:
+    """Percentile interval of the finite bootstrap replicates ``boots`` around the point ``value``.
+
+    NaN or infinite replicates (the statistic was undefined on that resample) are dropped and counted:
+    ``method`` becomes ``"<method>(dropped=k)"`` when k > 0. The interval is widened to contain ``value`` because
+    :class:`Estimate` requires lo ≤ value ≤ hi. NaN bounds when ``value`` is NaN or no replicate is finite. ``n``
+    is the number of independent units resampled (clusters), recorded on the Estimate.
+    """
+    b = np.asarray(boots, dtype=float).reshape(-1)
+    ok = b[np.isfinite(b)]
+    dropped = int(b.size - ok.size)
+    tag = f"{method}(dropped={dropped})" if dropped else method
+    if ok.size == 0 or math.isnan(value):
+        return Estimate(value, math.nan, math.nan, n=n, level=level, method=tag)
     alpha = (1 - level) / 2
-    lo, hi = np.quantile(np.asarray(boots), [alpha, 1 - alpha])
-    return Estimate(value, float(min(lo, value)), float(max(hi, value)), n=n_clusters, level=level,
-                    method=f"cluster_bootstrap(dropped={dropped})" if dropped else "cluster_bootstrap")
+    lo, hi = np.quantile(ok, [alpha, 1 - alpha])
+    return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=n, level=level, method=tag)
+
+
+# -- two-stage cluster bootstrap over rows -------------------------------------------------------------------------
+Rows = Sequence[Mapping[str, Any]]
+RowStat = Callable[[Rows], float]
+
+
+def _nested_index(rows: Rows, cluster: str, unit: str) -> list[list[list[int]]]:
+    """``nested[c][u]`` = indices of the rows of unit ``u`` in cluster ``c`` (first-seen order)."""
+    clusters: dict[Any, dict[Any, list[int]]] = {}
+    for i, r in enumerate(rows):
+        for f in (cluster, unit):
+            if f not in r:
+                raise ValueError(f"two_stage_bootstrap: row {i} has no {f!r} field")
+        clusters.setdefault(r[cluster], {}).setdefault(r[unit], []).append(i)
+    return [list(units.values()) for units in clusters.values()]
+
+
+def _safe(stat: RowStat, rows: Rows) -> float:
+    """``stat(rows)``, NaN when it is undefined on this sample (raises ValueError/ZeroDivisionError or is NaN)."""
+    try:
+        return float(stat(rows))
+    except (ValueError, ZeroDivisionError):
+        return math.nan
+
+
+def two_stage_bootstrap_samples(rows: Rows, stats: Sequence[RowStat], *, cluster: str, unit: str, B: int = 2000,
+                                seed: int = 0) -> np.ndarray:
+    """``[B, len(stats)]`` replicates of a two-stage bootstrap over dict rows: draw as many clusters (field
+    ``cluster``) as there are, with replacement; inside each drawn cluster draw as many units (field ``unit``) as it
+    has, with replacement; every stat sees the same resample, so differences of stats are paired. All rows of one
+    unit travel together. An entry is NaN where the stat is undefined on that resample.
+
+    Why two stages: when units are dependent inside a cluster (ConstraintRot's episodes share a rule family) a
+    one-stage unit bootstrap is too narrow, and a one-stage cluster bootstrap (:func:`cluster_bootstrap`) cannot
+    vary anything when there is a single cluster."""
+    if B < 1:
+        raise ValueError(f"B must be >= 1, got {B}")
+    if not rows:
+        raise ValueError("two_stage_bootstrap: no rows")
+    nested = _nested_index(rows, cluster, unit)
+    rng = np.random.default_rng(seed)
+    out = np.empty((B, len(stats)))
+    for b in range(B):
+        idx: list[int] = []
+        for c in rng.integers(0, len(nested), size=len(nested)):
+            units = nested[c]
+            for u in rng.integers(0, len(units), size=len(units)):
+                idx.extend(units[u])
+        sample = [rows[i] for i in idx]
+        out[b] = [_safe(s, sample) for s in stats]
+    return out
+
+
+def two_stage_bootstrap(rows: Rows, stat: RowStat, *, cluster: str, unit: str, B: int = 2000, seed: int = 0,
+                        paired_with: RowStat | None = None, level: float = 0.95) -> Estimate:
+    """Two-stage (clusters, then units) percentile bootstrap of ``stat(rows)``, or of
+    ``stat(rows) − paired_with(rows)`` when ``paired_with`` is given — both evaluated on the same resample, so the
+    difference of two conditions is paired. ``n`` of the result is the number of clusters; resamples on which the
+    statistic is undefined are dropped and counted in ``method`` (:func:`percentile_estimate`)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    stats: list[RowStat] = [stat] if paired_with is None else [stat, paired_with]
+    boots = two_stage_bootstrap_samples(rows, stats, cluster=cluster, unit=unit, B=B, seed=seed)  # validates rows
+    value = _safe(stat, rows) - (_safe(paired_with, rows) if paired_with is not None else 0.0)
+    d = boots[:, 0] if paired_with is None else boots[:, 0] - boots[:, 1]
+    n = len({r[cluster] for r in rows})
+    return percentile_estimate(value, d, n=n, level=level,
+                               method="paired_cluster_bootstrap" if paired_with is not None else "cluster_bootstrap")
+
+
+# -- rank correlation ------------------------------------------------------------------------------------------------
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's r of the ranks, tied values sharing their average rank.
+
+    NaN (undefined, never 0) when there are fewer than 2 pairs, when any value is NaN, or when either vector is
+    constant (its ranks have no variance, so r is 0/0). Two distinct pairs give ±1. The value is
+    ``scipy.stats.spearmanr``'s, so records made with it reproduce to the last digit.
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"spearman needs two 1-D sequences of equal length, got {a.shape} and {b.shape}")
+    if a.size < 2 or np.isnan(a).any() or np.isnan(b).any() or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)
+
+
+# -- paired binary decisions -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class McNemarResult:
+    """Exact McNemar test. ``b`` = pairs with a=1, b=0; ``c`` = pairs with a=0, b=1; ``n_pairs`` all pairs."""
+
+    b: int
+    c: int
+    n_pairs: int
+    p_value: float
+
+
+def mcnemar_exact(a: Sequence[bool | int], b: Sequence[bool | int]) -> McNemarResult:
+    """Exact (binomial) two-sided McNemar test on paired binary decisions, e.g. violation unpinned (``a``) vs
+    pinned (``b``) on the same episodes: under H0 the discordant pairs split Binomial(b + c, 1/2);
+    p = min(1, 2·P[X ≤ min(b, c)]). No discordant pair (n = 0 included) → p = 1."""
+    from scipy.stats import binom
+
+    if len(a) != len(b):
+        raise ValueError(f"mcnemar_exact: paired sequences need equal length, got {len(a)} and {len(b)}")
+    for name, seq in (("a", a), ("b", b)):
+        bad = [x for x in seq if x not in (0, 1, True, False)]
+        if bad:
+            raise ValueError(f"mcnemar_exact: {name} must be binary, got {bad[0]!r}")
+    n10 = sum(1 for x, y in zip(a, b) if x and not y)
+    n01 = sum(1 for x, y in zip(a, b) if y and not x)
+    n = n10 + n01
+    p = 1.0 if n == 0 else min(1.0, 2.0 * float(binom.cdf(min(n10, n01), n, 0.5)))
+    return McNemarResult(n10, n01, len(a), p)
+
+
+# -- multiple testing ------------------------------------------------------------------------------------------------
+def _check_pvalues(pvalues: Sequence[float], who: str) -> list[float]:
+    ps = [float(p) for p in pvalues]
+    for i, p in enumerate(ps):
+        if not 0 <= p <= 1:  # also refuses NaN
+            raise ValueError(f"{who}: p-value #{i} must be in [0, 1], got {p}")
+    return ps
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in input order: the i-th smallest (1-based) gets
+    max over j ≤ i of min(1, (m − j + 1)·p_(j)). Reject H_i at level α where adjusted p_i ≤ α. Ties get the same
+    adjusted value whatever their order; an empty list gives an empty list; a NaN or out-of-range p raises."""
+    ps = _check_pvalues(pvalues, "holm")
+    m = len(ps)
+    adj = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=ps.__getitem__)):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        adj[i] = running
+    return adj
+
+
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini–Hochberg step-up adjusted p-values (false discovery rate, independent or positively dependent
+    tests), in input order: the i-th smallest gets min over j ≥ i of min(1, m·p_(j)/j). Reject where adjusted
+    p ≤ q. An empty list gives an empty list; a NaN or out-of-range p raises."""
+    ps = _check_pvalues(pvalues, "benjamini_hochberg")
+    m = len(ps)
+    adj = [0.0] * m
+    running = 1.0
+    order = sorted(range(m), key=ps.__getitem__)
+    for rank in range(m - 1, -1, -1):
+        i = order[rank]
+        running = min(running, m * ps[i] / (rank + 1))
+        adj[i] = running
+    return adj
+
+
+# -- two-way decomposition -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VarianceDecomposition:
+    """Two-way decomposition of a complete matrix of cell means ``x[r][c]``: η²_rows = SS_rows/SS_total,
+    η²_cols = SS_cols/SS_total; the rest is interaction. NaN η² when all cells are equal (nothing to split)."""
+
+    eta2_rows: float
+    eta2_cols: float
+    ss_rows: float
+    ss_cols: float
+    ss_total: float
+
+    @property
+    def eta2_interaction(self) -> float:
+        return 1.0 - self.eta2_rows - self.eta2_cols if self.ss_total > 0 else math.nan
+
+
+def variance_decomposition(matrix: Sequence[Sequence[float]] | Mapping[Any, Mapping[Any, float]] | np.ndarray
+                           ) -> VarianceDecomposition:
+    """η²_rows and η²_cols of a complete matrix of cell means (at least 2 × 2). A mapping of mappings is read as
+    rows → columns, the columns sorted by their string form; a missing cell raises."""
+    if isinstance(matrix, Mapping):
+        cols = sorted({a for row in matrix.values() for a in row}, key=str)
+        missing = [(s, a) for s, row in matrix.items() for a in cols if a not in row]
+        if missing:
+            raise ValueError(f"variance_decomposition: cell {missing[0]} is missing (matrix must be complete)")
+        x = np.array([[matrix[s][a] for a in cols] for s in matrix], dtype=float)
+    else:
+        x = np.asarray(matrix, dtype=float)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise ValueError(f"variance_decomposition needs at least a 2 x 2 matrix, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("variance_decomposition: matrix contains NaN or inf")
+    g = x.mean()
+    ss_rows = float(x.shape[1] * ((x.mean(axis=1) - g) ** 2).sum())
+    ss_cols = float(x.shape[0] * ((x.mean(axis=0) - g) ** 2).sum())
+    ss_total = float(((x - g) ** 2).sum())
+    if ss_total <= 1e-15:
+        return VarianceDecomposition(math.nan, math.nan, ss_rows, ss_cols, 0.0)
+    return VarianceDecomposition(ss_rows / ss_total, ss_cols / ss_total, ss_rows, ss_cols, ss_total)

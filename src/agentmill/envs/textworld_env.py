@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmill.core.paths import cache_root
+from agentmill.core.records import atomic_target, write_text_atomic
 
 TW_MAKE_TIMEOUT_S = 120.0
 """Per-game generation timeout (spec §6.2)."""
@@ -273,9 +274,7 @@ def _calibrated_rate(game: Path, episodes: int, max_steps: int) -> float:
     table = json.loads(cache.read_text()) if cache.is_file() else {}
     if key not in table:
         table[key] = random_success_rate(game, episodes, max_steps)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, cache)
+        write_text_atomic(cache, json.dumps(table))
     return float(table[key])
 
 
@@ -337,10 +336,8 @@ def _copy_game(game: Path, out: Path) -> Path:
     for suffix in (".json", ".ni", ".z8"):  # the .z8 last: its presence means the copy is complete
         src = game.with_suffix(suffix)
         if src.is_file():
-            dst = out / src.name
-            tmp = out / f".{src.name}.tmp{os.getpid()}"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
+            with atomic_target(out / src.name) as tmp:
+                shutil.copyfile(src, tmp)
     return out / game.name
 
 

@@ -1,10 +1,13 @@
 """The experiment registry: one package per paper, each listing its experiment modules.
 
-A paper's package (``e162_tree_rollouts/`` …) names its paper in ``__init__`` and lists its modules in ``MODULES``;
-each module defines one module-level ``EXPERIMENT``. Nothing is imported until it is needed: ``get("e162.x")``
-imports only the E162 package's modules, ``agentmill list`` imports every experiment module but no extra's
-dependency (experiment modules import torch, yaml, … inside the functions that need them; a test checks this on a
-simulated core-only install), and a duplicate id is an error.
+A paper's package (``e162_tree_rollouts/`` …) names its paper in ``__init__``, lists its modules in ``MODULES`` and,
+when defining its experiments already needs an extra (E164 builds its claims from a YAML pre-registration), names
+it in ``REQUIRES``; each module defines one module-level ``EXPERIMENT``. Nothing is imported until it is needed:
+``get("e162.x")`` imports only the E162 package's modules; ``registry()`` imports every package whose ``REQUIRES``
+are installed and leaves the others in :func:`unavailable` (``agentmill list`` shows them with the ``pip install``
+line; ``get`` of one of their ids raises that line); experiment modules import torch and the like inside the
+functions that need them (``tests/test_layering.py``), so the core install lists and runs the closed-form
+experiments; a duplicate id is an error.
 
 To add an experiment: write ``e1xx_<slug>/<what>.py`` with ``EXPERIMENT = Experiment(...)`` and append ``"<what>"``
 to that package's ``MODULES``. A new paper's package is appended to ``PAPERS``.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import difflib
 from importlib import import_module
 
+from agentmill.core.extras import MissingExtraError, missing_extras
 from agentmill.experiments.protocol import PROFILES, Claim, Experiment, RunContext
 
 PAPERS: tuple[str, ...] = (
@@ -36,6 +40,16 @@ def paper_modules(package: str) -> tuple[str, ...]:
 
 def all_modules(papers: tuple[str, ...] = PAPERS) -> tuple[str, ...]:
     return tuple(m for p in papers for m in paper_modules(p))
+
+
+def missing_for(package: str) -> list[str]:
+    """The extras a paper's package needs to define its experiments that are not installed here."""
+    return missing_extras(getattr(import_module(package), "REQUIRES", ()))
+
+
+def unavailable() -> dict[str, list[str]]:
+    """Paper packages whose experiments cannot be defined on this install -> their missing extras."""
+    return {p: m for p in PAPERS if (m := missing_for(p))}
 
 
 _registry: dict[str, Experiment] | None = None
@@ -60,10 +74,10 @@ def build_registry(modules: tuple[str, ...] | None = None) -> dict[str, Experime
 
 
 def registry() -> dict[str, Experiment]:
-    """Every registered experiment, in paper order."""
+    """Every experiment this install can define, in paper order (see :func:`unavailable` for the rest)."""
     global _registry
     if _registry is None:
-        _registry = build_registry()
+        _registry = build_registry(all_modules(tuple(p for p in PAPERS if not missing_for(p))))
     return _registry
 
 
@@ -82,6 +96,9 @@ def get(exp_id: str) -> Experiment:
         return _registry[exp_id]
     package = _paper_of(exp_id)
     if package is not None:
+        missing = missing_for(package)
+        if missing:
+            raise MissingExtraError(missing, f"the experiments of {package.rsplit('.', 1)[1]} ({exp_id})")
         if package not in _by_paper:
             _by_paper[package] = build_registry(paper_modules(package))
         if exp_id in _by_paper[package]:
@@ -102,4 +119,4 @@ def __getattr__(name: str) -> tuple[str, ...]:
 
 
 __all__ = ["Claim", "Experiment", "RunContext", "PROFILES", "PAPERS", "registry", "get", "build_registry",
-           "paper_modules", "all_modules", "DuplicateExperimentError"]
+           "paper_modules", "all_modules", "missing_for", "unavailable", "DuplicateExperimentError"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from agentmill import __version__
 from agentmill.core.executor import make_executor
+from agentmill.core.extras import MissingExtraError, extra_for_module, missing_extras
 from agentmill.core.records import RunRecord
 from agentmill.core.stats import Estimate
 from agentmill.experiments.protocol import Experiment, RunContext, setup_hash
@@ -113,6 +114,9 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     """
     runs_dir = Path(runs_dir)
     setup = exp.setup_for(profile, overrides)
+    missing = missing_extras(exp.requires)
+    if missing and not preflight_errors_as_records:
+        raise MissingExtraError(missing, f"experiment {exp.id}")
     model_spec = (model or DEFAULT_MODEL) if exp.uses_model else None
     if model_spec is not None:
         from agentmill.lm import parse_spec
@@ -146,6 +150,8 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
                        started_at=started, setup_hash=shash)
     t0 = time.perf_counter()
     try:
+        if missing:  # in a suite a missing extra is this experiment's error record; the others still run
+            raise MissingExtraError(missing, f"experiment {exp.id}")
         metrics = dict(exp.measure(setup, ctx))
         bad = [k for k, v in metrics.items() if not isinstance(v, Estimate)]
         if bad:
@@ -159,7 +165,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         raise
     except Exception as e:  # noqa: BLE001 - any experiment failure becomes an error record
         record.status = "error"
-        record.error = f"{type(e).__name__}: {e}"
+        record.error = f"{type(e).__name__}: {e}" + _install_hint(e)
         record.data = {"traceback": traceback.format_exc(limit=20)}
         record.metrics, record.verdicts = {}, {}
         if raise_errors:
@@ -169,6 +175,16 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     record.wall_seconds = round(time.perf_counter() - t0, 3)
     _store(record, runs_dir)
     return record
+
+
+def _install_hint(e: BaseException) -> str:
+    """`` (pip install 'agentmill[x]')`` when ``e`` is an import of a module only extra ``x`` brings, else ``""``:
+    an experiment that reached an extra it does not declare still tells the user what to install."""
+    if isinstance(e, ModuleNotFoundError) and not isinstance(e, MissingExtraError):
+        extra = extra_for_module(e.name)
+        if extra is not None:
+            return f" (pip install 'agentmill[{extra}]')"
+    return ""
 
 
 def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str | None = None,

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
 
+from agentmill.core import extras
 from agentmill.core.types import Message
 
 Prompt = Union[str, Sequence[Message]]
@@ -26,12 +27,12 @@ class LMError(RuntimeError):
     """A model could not be loaded or queried; the message names the cause and the fix."""
 
 
-class MissingExtraError(LMError, ImportError):
-    """An optional dependency is missing; the message names the ``pip install 'agentmill[extra]'`` fix."""
+class MissingExtraError(LMError, extras.MissingExtraError):
+    """:class:`agentmill.core.extras.MissingExtraError` raised by a model backend: also an :class:`LMError`, so code
+    that handles a model that cannot be loaded handles a missing backend the same way."""
 
-    def __init__(self, extra: str, what: str) -> None:
-        super().__init__(f"{what} needs the '{extra}' extra: pip install 'agentmill[{extra}]'")
-        self.extra = extra
+    def __init__(self, extra: str | Sequence[str], what: str) -> None:
+        extras.MissingExtraError.__init__(self, extra, what)  # RuntimeError's __init__ comes first in the MRO
 
 
 @dataclass(frozen=True)

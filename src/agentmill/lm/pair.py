@@ -102,10 +102,10 @@ class HFPair:
         self.base_spec = f"hf:{base}"
         self.lora = lora
         self.adapter_source = None if adapter is None else str(adapter)
-        self._lm = hf._load_uncached(base, dtype="float32", threads=threads, max_batch=16)
+        self._lm = hf.load_uncached(base, dtype="float32", threads=threads, max_batch=16)
         self.peft_model: Any = None
         if second_model is not None:
-            other = hf._load_uncached(second_model, dtype="float32", threads=threads, max_batch=16)
+            other = hf.load_uncached(second_model, dtype="float32", threads=threads, max_batch=16)
             from agentmill.lm.scoring import tokenizer_fingerprint
 
             if tokenizer_fingerprint(other) != tokenizer_fingerprint(self._lm):

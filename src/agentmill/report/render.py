@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentmill.core.records import RunRecord
+from agentmill.core.records import RunRecord, write_text_atomic
 from agentmill.experiments.protocol import Experiment
 
 _CSS = """
@@ -140,8 +140,4 @@ the whole 95% CI is on the pre-registered side of the threshold; the smoke profi
 {chr(10).join(figures) or '<p>No plots.</p>'}
 </body></html>
 """
-    index = out / "index.html"
-    tmp = index.with_suffix(".html.tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(index)
-    return index
+    return write_text_atomic(out / "index.html", doc)

@@ -24,8 +24,8 @@ def test_the_judge_can_fail_a_wrong_law(tmp_path) -> None:
     """Power check: Monte Carlo at a pass rate 0.1 off the stated one is flagged by the R1a test."""
     import math
 
-    from agentmill.methods.tree_rollouts.collapse import collapse_probability, simulate_collapse
     from agentmill.core.seeding import rng_for
+    from agentmill.methods.tree_rollouts.collapse import collapse_probability, simulate_collapse
 
     n, misses = 20_000, 0
     for G, p in [(4, 0.1), (8, 0.2), (2, 0.3)]:

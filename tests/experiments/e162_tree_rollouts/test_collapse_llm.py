@@ -7,7 +7,8 @@ import pytest
 
 from agentmill.core.executor import make_executor
 from agentmill.experiments import get
-from agentmill.experiments.e162_tree_rollouts.collapse_llm import _checkpoint_path
+from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import checkpoint_path
+from agentmill.experiments.e162_tree_rollouts.collapse_llm import pool_spec
 from agentmill.experiments.protocol import RunContext
 from agentmill.lm import load_lm
 
@@ -47,7 +48,7 @@ def test_interrupted_sampling_resumes_without_regenerating(tmp_path) -> None:
     setup = exp.setups["smoke"]
     with pytest.raises(KeyboardInterrupt):
         exp.measure(setup, _ctx(tmp_path, CountingLM(fail_after=3)))
-    lines = _checkpoint_path(setup, _ctx(tmp_path, None)).read_text().splitlines()
+    lines = checkpoint_path(pool_spec(setup), _ctx(tmp_path, None)).read_text().splitlines()
     assert len(lines) == 3
     lm = CountingLM()
     exp.measure(setup, _ctx(tmp_path, lm))
@@ -58,7 +59,7 @@ def test_torn_checkpoint_line_is_regenerated(tmp_path) -> None:
     exp = get("e162.collapse_llm")
     setup = exp.setups["smoke"]
     exp.measure(setup, _ctx(tmp_path, CountingLM()))
-    path = _checkpoint_path(setup, _ctx(tmp_path, None))
+    path = checkpoint_path(pool_spec(setup), _ctx(tmp_path, None))
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
     lm = CountingLM()

@@ -9,7 +9,7 @@ import pytest
 from agentmill.core.executor import make_executor
 from agentmill.envs.arithmetic import make_pool
 from agentmill.experiments import get
-from agentmill.experiments.e162_tree_rollouts.collapse_llm import _checkpoint_path
+from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, checkpoint_path
 from agentmill.experiments.protocol import RunContext
 from agentmill.lm import load_lm
 
@@ -41,14 +41,11 @@ def _ctx(tmp_path, lm, profile="smoke"):
 
 def _write_calibration(tmp_path, setup, rates):
     """A pre-existing e162.collapse_llm checkpoint: the experiment must reuse it, not resample."""
-    from agentmill.experiments.e162_tree_rollouts import collapse_llm as r2
-    from dataclasses import replace
-
-    r2_setup = replace(r2.SETUPS["full"], prompts=setup.calib_prompts, samples=setup.calib_samples,
-                       max_new_tokens=setup.max_new_tokens, temperature=setup.temperature, seed=setup.seed)
+    r2_setup = PoolSpec(prompts=setup.calib_prompts, samples=setup.calib_samples, max_new_tokens=setup.max_new_tokens,
+                        temperature=setup.temperature, seed=setup.seed)
     ctx = RunContext(profile="smoke", model="scripted:whitebox", executor=None, work_dir=tmp_path / "e162.collapse_llm")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    path = _checkpoint_path(r2_setup, ctx)
+    path = checkpoint_path(r2_setup, ctx)
     with open(path, "w") as f:
         for t, k in zip(make_pool(setup.calib_prompts, setup.seed), rates):
             rewards = [1.0] * k + [0.0] * (setup.calib_samples - k)

@@ -6,7 +6,7 @@ import pytest
 
 from agentmill.core.executor import make_executor
 from agentmill.experiments import get
-from agentmill.experiments.e163_backtrack_maze.separation import parse_configs
+from agentmill.experiments.e163_backtrack_maze.maze_configs import parse_configs
 from agentmill.experiments.protocol import RunContext
 
 

@@ -1,5 +1,5 @@
-"""e164.constraint_rot_crossing: the η² decomposition on hand-checkable matrices, the profiles' adapter address,
-and (slow) the smoke run with the organism tests' tiny random Llama as base and a scripted summariser injected
+"""e164.constraint_rot_crossing: the profiles' adapter address (the η² decomposition itself is tested in
+tests/methods/constraint_rot/test_crossing.py), and (slow) the smoke run with the organism tests' tiny random Llama as base and a scripted summariser injected
 through ``lm_loader`` (the organism experiment's smoke pattern). The tiny model is untrained noise: what the smoke
 checks is the plumbing — identical inputs for every actor, one summary per (episode, summariser), a complete
 V[s][a], and that an unvalidated organism withholds the claim ("precondition not met")."""
@@ -7,14 +7,11 @@ V[s][a], and that an unvalidated organism withholds the claim ("precondition not
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from agentmill.experiments.e164_constraint_rot.crossing import (ACTORS, CLAIM_METRICS, EXPERIMENT, cell_means,
-                                                                decomposition, eta, slug)
+from agentmill.experiments.e164_constraint_rot.crossing import ACTORS, CLAIM_METRICS, EXPERIMENT, slug
 from agentmill.experiments.protocol import RunContext
 
 EXP_ID = "e164.constraint_rot_crossing"
@@ -27,52 +24,6 @@ def get(exp_id: str):  # type: ignore[no-untyped-def]
     return {EXP_ID: EXPERIMENT, organism.EXPERIMENT.id: organism.EXPERIMENT}[exp_id]
 
 
-# -- decomposition by hand -----------------------------------------------------------------------------------------
-def test_eta_on_a_hand_checked_matrix() -> None:
-    # grand mean 0.45; row means 0.1, 0.8 → SS_rows = 2·(0.35² + 0.35²) = 0.49; column means 0.3, 0.6 →
-    # SS_cols = 2·(0.15² + 0.15²) = 0.09; SS_total = 0.45² + 0.25² + 0.15² + 0.55² = 0.59
-    e = eta([[0.0, 0.2], [0.6, 1.0]])
-    assert e["eta2_S"] == pytest.approx(0.49 / 0.59)
-    assert e["eta2_A"] == pytest.approx(0.09 / 0.59)
-    assert e["margin"] == pytest.approx((0.49 - 3 * 0.09) / 0.59)  # 0.22 / 0.59 > 0: the claim holds
-    assert e["ratio"] == pytest.approx(0.49 / 0.09)
-
-
-def test_eta_actor_dominated_fails_and_identical_columns_give_infinite_ratio() -> None:
-    # the transpose: actors explain 0.49/0.59, summarisers 0.09/0.59 → margin (0.09 − 1.47)/0.59 < 0
-    e = eta([[0.0, 0.6], [0.2, 1.0]])
-    assert e["margin"] == pytest.approx((0.09 - 3 * 0.49) / 0.59)
-    same = eta([[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]])  # two identical RuleReader columns
-    assert same["eta2_S"] == pytest.approx(1.0) and same["eta2_A"] == 0.0 and math.isinf(same["ratio"])
-    flat = eta([[0.5, 0.5], [0.5, 0.5]])
-    assert all(math.isnan(flat[k]) for k in ("eta2_S", "eta2_A", "margin", "ratio"))
-
-
-def _rows(matrix: list[list[int]], n_eps: int) -> list[dict]:
-    """Per episode, one row per (compactor, actor) with violation = matrix[s][a] on even episodes, 0 on odd ones."""
-    comps, actors = [f"c{i}" for i in range(len(matrix))], [f"a{j}" for j in range(len(matrix[0]))]
-    return [{"family": f"f{e % 3}", "episode_id": f"e{e}", "compactor": c, "actor": a,
-             "violation": bool(matrix[i][j]) and e % 2 == 0}
-            for e in range(n_eps) for i, c in enumerate(comps) for j, a in enumerate(actors)]
-
-
-def test_cell_means_counts_and_missing_cell() -> None:
-    rows = _rows([[1, 0], [1, 1]], 4)
-    np.testing.assert_allclose(cell_means(rows, ["c0", "c1"], ["a0", "a1"]), [[0.5, 0.0], [0.5, 0.5]])
-    with pytest.raises(ValueError, match="'c2'"):
-        cell_means(rows, ["c0", "c2"], ["a0", "a1"])
-
-
-def test_decomposition_bootstrap_brackets_the_point() -> None:
-    rows = _rows([[0, 0], [1, 1], [1, 0]], 12)
-    d = decomposition(rows, ["c0", "c1", "c2"], ["a0", "a1"], B=200)
-    x = cell_means(rows, ["c0", "c1", "c2"], ["a0", "a1"])  # [[0, 0], [.5, .5], [.5, 0]]
-    assert d["eta_margin"].value == pytest.approx(eta(x)["margin"])
-    for k in ("eta2_s", "eta2_a", "eta_margin"):
-        assert d[k].lo <= d[k].value <= d[k].hi and d[k].n == 3
-    assert d["eta2_s"].value + d["eta2_a"].value <= 1.0 + 1e-12
-
-
 def test_slug_is_metric_safe() -> None:
     assert slug("llm_summary:goal_extract") == "llm_summary_goal_extract"
     assert slug("rule_reader:semantic") == "rule_reader_semantic"
@@ -80,7 +31,7 @@ def test_slug_is_metric_safe() -> None:
 
 # -- registration and profiles -------------------------------------------------------------------------------------
 def test_profiles_share_the_organism_experiments_adapter_address() -> None:
-    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import recipe_of
     from agentmill.methods.constraint_rot.prereg import load_prereg
 
     exp, org = get(EXP_ID), get("e164.constraint_rot_organism")

@@ -65,7 +65,7 @@ def test_compression_smoke(tmp_path: Path) -> None:
 
 
 def test_compression_ratio_tuning_rule() -> None:
-    from agentmill.experiments.e164_constraint_rot.compression import tightest_ratio
+    from agentmill.experiments.e164_constraint_rot.attack_analysis import tightest_ratio
 
     surv = {0.05: 0.70, 0.1: 0.91, 0.25: 0.89, 0.5: 0.97}
     assert tightest_ratio(surv, 0.90) == 0.1  # the tightest ratio that keeps 90 %, even past a dip

@@ -68,7 +68,7 @@ SUMMARY_TEXT = "Summary: the user asked for routine office look-ups; each one wa
 
 
 def _episode(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from agentmill.experiments.e164_constraint_rot.mechanism import episodes, office
+    from agentmill.experiments.e164_constraint_rot.office_bench import episodes, office
     from agentmill.methods.constraint_rot.generate import DEFAULT_LOCATIONS
     from agentmill.methods.constraint_rot.messages import WhitespaceCounter
 
@@ -141,7 +141,7 @@ def test_unknown_organism_profile_is_rejected(tmp_path: Path) -> None:
 
 def test_only_full_runs_the_model_arm_on_the_organism_experiments_full_adapter() -> None:
     from agentmill.experiments.e164_constraint_rot.frameworks import _organism_setup
-    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import recipe_of
 
     exp, org = get(EXP_ID), get("e164.constraint_rot_organism")
     q, f, s = exp.setup_for("quick"), exp.setup_for("full"), exp.setup_for("smoke")
@@ -183,7 +183,7 @@ def test_model_arm_smoke_with_the_tiny_organism(tmp_path: Path, monkeypatch: pyt
     from dataclasses import replace
 
     from agentmill.experiments.e164_constraint_rot import organism as org
-    from tests.experiments.test_e164_constraint_rot_organism import loader
+    from tests.experiments.e164_constraint_rot.test_organism import loader
 
     exp = get(EXP_ID)
     s = replace(exp.setup_for("smoke"), organism_profile="smoke", summariser="scripted:summary")

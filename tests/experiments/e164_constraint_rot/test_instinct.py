@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from agentmill.experiments import get
-from agentmill.experiments.e164_constraint_rot.instinct import (CLAIM_METRICS, PRECONDITION_NOT_MET,
-                                                                 _organism_metrics, contrast_metrics, decay_stat,
-                                                                 soft_hard)
+from agentmill.experiments.e164_constraint_rot.instinct import (CLAIM_METRICS, PRECONDITION_NOT_MET, _organism_metrics,
+                                                                contrast_metrics, decay_stat, soft_hard)
 from agentmill.experiments.protocol import RunContext
 
 EXP_ID = "e164.constraint_rot_instinct"
@@ -146,7 +145,7 @@ def test_failed_decay_precondition_withholds_the_contrast(tmp_path: Path) -> Non
 
 def test_claims_come_from_prereg_and_the_adapter_recipe_is_the_organism_experiments() -> None:
     from agentmill.experiments.e164_constraint_rot.instinct import organism_setup
-    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import recipe_of
     from agentmill.methods.constraint_rot.prereg import load_prereg
 
     exp, org, pr = get(EXP_ID), get("e164.constraint_rot_organism"), load_prereg()
@@ -172,7 +171,7 @@ def test_claims_come_from_prereg_and_the_adapter_recipe_is_the_organism_experime
 def test_smoke_runs_both_organisms_on_one_grid(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from tests.experiments.test_e164_constraint_rot_organism import loader
+    from tests.experiments.e164_constraint_rot.test_organism import loader
 
     exp = get(EXP_ID)
     s = exp.setup_for("smoke")
@@ -206,7 +205,7 @@ def test_quick_plans_both_organisms_without_training(tmp_path: Path, monkeypatch
     import dataclasses
 
     import agentmill.methods.constraint_rot.organism.train as train
-    from tests.experiments.test_e164_constraint_rot_organism import loader
+    from tests.experiments.e164_constraint_rot.test_organism import loader
 
     def refuse(*a: Any, **k: Any) -> None:  # planning must never train
         raise AssertionError("plan_only trained")

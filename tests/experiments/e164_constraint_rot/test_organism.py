@@ -16,9 +16,9 @@ pytest.importorskip("peft")
 
 from agentmill.experiments import get  # noqa: E402
 from agentmill.experiments.e164_constraint_rot.organism import CLAIM_METRICS  # noqa: E402
-from agentmill.methods.constraint_rot.organism.cache import adapter_key  # noqa: E402
 from agentmill.experiments.protocol import RunContext  # noqa: E402
 from agentmill.lm.scripted import ScriptedLM  # noqa: E402
+from agentmill.methods.constraint_rot.organism.cache import adapter_key  # noqa: E402
 from tests.methods.constraint_rot.test_organism_train import tiny_base  # noqa: E402
 
 EXP_ID = "e164.constraint_rot_organism"
@@ -111,7 +111,7 @@ def test_claims_come_from_prereg_and_profiles_follow_the_spec() -> None:
 
 
 def test_non_hf_base_needs_a_loader(tmp_path: Path) -> None:
-    from agentmill.experiments.e164_constraint_rot.organism import base_factory
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory
 
     with pytest.raises(ValueError, match="lm_loader"):
         base_factory("tiny:organism", RunContext("smoke", "none", None, tmp_path))
@@ -122,7 +122,7 @@ def test_quick_plans_without_training_and_full_runs_the_organism() -> None:
     quick, full = exp.setup_for("quick"), exp.setup_for("full")
     assert quick.plan_only and not full.plan_only and not exp.setup_for("smoke").plan_only
     # quick plans the very organism full trains (same content address)
-    from agentmill.experiments.e164_constraint_rot.organism import recipe_of
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import recipe_of
 
     assert recipe_of(quick) == recipe_of(full)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from agentmill.core.stats import auroc
-from agentmill.experiments import get
-from agentmill.experiments.e165_g2po.advantage_quality import (KEY, KeyDoorFactory, estimator_advantages,
-                                                               keydoor_rollouts, keydoor_tasks, shuffled_key_table,
-                                                               weighted_auroc, SETUPS)
-from agentmill.experiments.runner import record_path, run_experiment
 from agentmill.envs.keydoor import KeyDoorConfig
+from agentmill.experiments import get
+from agentmill.experiments.e165_g2po.advantage_quality import SETUPS
+from agentmill.experiments.e165_g2po.advantage_scoring import estimator_advantages, shuffled_key_table, weighted_auroc
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_rollouts, keydoor_tasks
+from agentmill.experiments.runner import record_path, run_experiment
 
 
 def test_smoke_record_shape(tmp_path) -> None:

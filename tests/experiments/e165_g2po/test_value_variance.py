@@ -6,7 +6,8 @@ import numpy as np
 
 from agentmill.envs.keydoor import layouts
 from agentmill.experiments import get
-from agentmill.experiments.e165_g2po.value_variance import OBSERVABLE, SETUPS, exact_values
+from agentmill.experiments.e165_g2po.keydoor_groups import OBSERVABLE
+from agentmill.experiments.e165_g2po.value_variance import SETUPS, exact_values
 from agentmill.experiments.runner import run_experiment
 
 
@@ -23,7 +24,7 @@ def test_smoke_record_shape(tmp_path) -> None:
 def test_exact_values_satisfy_the_bellman_equation_at_the_start() -> None:
     """V(start) from the linear solve agrees with the Monte Carlo mean return of the same policy (4-SE check)."""
     from agentmill.envs.rollout import EpsilonOraclePolicy, collect_groups
-    from agentmill.experiments.e165_g2po.advantage_quality import KEY, KeyDoorFactory
+    from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory
     from agentmill.methods.g2po.returns import discounted_returns
 
     s = SETUPS["smoke"]

@@ -7,8 +7,9 @@ import numpy as np
 
 from agentmill.envs.keydoor import layouts
 from agentmill.experiments import get
-from agentmill.experiments.e173_progress_advantage.keydoor_grader import (SETUPS, TRAP_WORLD, Sim, build_task,
-                                                                 fluency_reference, rollouts)
+from agentmill.experiments.e173_progress_advantage.fluency_keydoor import (TRAP_WORLD, Sim, build_task,
+                                                                           fluency_reference, rollouts)
+from agentmill.experiments.e173_progress_advantage.keydoor_grader import SETUPS
 from agentmill.experiments.runner import run_experiment
 
 

@@ -27,7 +27,8 @@ def test_library_judge_can_fail() -> None:
     an off-by-one TTB order (take-the-worst) mismatches TTB on many pairs."""
     import numpy as np
 
-    from agentmill.experiments.e176_autocog.library import _signs, binary_pairs
+    from agentmill.experiments.e176_autocog.library import _signs
+    from agentmill.experiments.e176_autocog.reference_rules import binary_pairs
     from agentmill.methods.autocog import library as L
 
     v = (0.9, 0.8, 0.7, 0.6)

@@ -1,5 +1,5 @@
-"""AC-7's pass rule (spec autocog §7) on hand-made run records: the Δr clause, the 4/5-seed cell rule, and the
-per-profile verdict metrics (quick: >= 12/15 cells with 1 seed; full: every cell with >= 5 seeds)."""
+"""AC-7's per-profile verdict metrics (spec autocog §7) on hand-made run records (quick: >= 12/15 cells with 1 seed;
+full: every cell with >= 5 seeds); the per-run and per-cell rules are tested in tests/methods/autocog."""
 
 from __future__ import annotations
 
@@ -17,23 +17,6 @@ def test_spec_sentences_are_quoted_in_the_claims() -> None:
     assert "pass = ≥ 12/15 cells with r ≥ .90" in src["E176-AC7-quick"]
     assert "where the best seed r < 0.85, also Δr ≥ 0.10" in src["E176-AC7"]
     assert E.EXPERIMENT.claims[1].threshold == pytest.approx(0.8)
-
-
-def test_run_passes_applies_the_delta_r_clause_only_below_best_seed_085() -> None:
-    assert E.run_passes(_run(0.95, 0.80))            # Δr .15 >= .10
-    assert not E.run_passes(_run(0.92, 0.84))        # best seed < .85 and Δr .08 < .10: stricter reading fails it
-    assert E.run_passes(_run(0.92, 0.86))            # best seed >= .85: no Δr clause
-    assert not E.run_passes(_run(0.89, 0.10))        # r < .90
-    with pytest.raises(ValueError, match="delta_r"):
-        E.run_passes({"r": 0.95, "best_seed_r": 0.5})
-
-
-def test_cell_needs_four_of_five_seeds() -> None:
-    good, bad = _run(0.95, 0.5), _run(0.5, 0.5)
-    assert E.cell_passes([good] * 4 + [bad])
-    assert not E.cell_passes([good] * 3 + [bad] * 2)
-    with pytest.raises(ValueError):
-        E.cell_passes([])
 
 
 def _cells(n_pass: int, seeds: int, n: int = 15) -> dict:

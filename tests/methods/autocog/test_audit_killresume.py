@@ -6,7 +6,7 @@ import sys
 
 from agentmill.methods.autocog.audit import REQUIRED_KINDS, audit
 from agentmill.methods.autocog.killresume import kill_at, ledger_lines, ledger_steps
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 
 
 def _full_ledger(d, *, complete: bool = True) -> Ledger:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from agentmill.lm import load_lm
 from agentmill.methods.autocog import library as L
-from agentmill.methods.autocog.agents.loopback import DESIGN, LoopbackServer
+from agentmill.methods.autocog.agents.loopback import DESIGN, scripted_server
 from agentmill.methods.autocog.leakage import find_leaks, gt_tokens
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog.recovery import GROUND_TRUTHS, battery_exclusions, load_batteries
 
 
@@ -34,7 +34,7 @@ def test_no_prompt_of_an_http_run_contains_gt_tokens(tmp_path) -> None:
     from agentmill.experiments.e176_autocog.llm import Setup, build_loop
 
     s = Setup(gts=("dial3",), rounds=1, reviser_iters=1, max_candidates=6)
-    with LoopbackServer() as srv:
+    with scripted_server() as srv:
         res = build_loop(load_lm(srv.lm_spec), "dial3", s, tmp_path).run()
         served = list(srv.prompts)
     led = Ledger(tmp_path)

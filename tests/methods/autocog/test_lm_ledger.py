@@ -13,7 +13,7 @@ from agentmill.methods.autocog.agents.loopback import scripted_reply
 from agentmill.methods.autocog.agents.search import ProgramSpaceReviser, RuleArbiter, SearchAdvocate
 from agentmill.methods.autocog.audit import audit
 from agentmill.methods.autocog.cohorts import SimulatedCohort
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig
 from agentmill.methods.autocog import library as L
 

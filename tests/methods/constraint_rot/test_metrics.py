@@ -8,11 +8,13 @@ import json
 
 import pytest
 
+from agentmill.core.stats import proportion_estimate
 from agentmill.methods.constraint_rot.metrics import (PRECONDITION_NOT_MET, cell_metrics, compactor_groups,
                                                       decay_precondition, load_rows, shuffle_conditions,
                                                       split_summary_failed, summarise, validate_rows)
 from agentmill.methods.constraint_rot.prereg import PreregError, default_prereg_path, load_prereg, parse_prereg
-from agentmill.methods.constraint_rot.stats import wilson, wilson_estimate
+from agentmill.core.stats import proportion_estimate
+from agentmill.methods.constraint_rot.stats import WILSON_Z
 
 B = 200
 
@@ -91,7 +93,7 @@ def test_early_obedience():
 
 # -- precondition ----------------------------------------------------------------------------------------------------
 def test_decay_precondition_boundaries():
-    ok = wilson_estimate(0, 10)
+    ok = proportion_estimate(0, 10, z=WILSON_Z)
     from agentmill.core.stats import Estimate
     assert decay_precondition(Estimate(0.8, 0.3, 0.9), ok).met  # lower bound exactly 0.3 passes
     assert not decay_precondition(Estimate(0.8, 0.29, 0.9), ok).met
@@ -340,3 +342,9 @@ def test_compactor_groups_and_split_summary_failed():
     assert rows[0]["compactor"] == "x"  # the input rows are not modified
     kept, failed = split_summary_failed(g)
     assert [r["episode_id"] for r in kept] == ["a", "c"] and [r["episode_id"] for r in failed] == ["b"]
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The interval ConstraintRot records for ``k/n``: the core's Wilson estimate at ``z = WILSON_Z``."""
+    e = proportion_estimate(k, n, z=WILSON_Z)
+    return e.lo, e.hi

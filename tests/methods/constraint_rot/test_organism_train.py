@@ -200,20 +200,6 @@ def test_history_labels_cover_exactly_the_past_call_lines() -> None:
         encode_example(tok, examples(1)[0])[0])
 
 
-def test_two_part_loss_is_target_mean_plus_weighted_history_mean() -> None:
-    from agentmill.methods.constraint_rot.organism.train import _two_part_loss
-
-    torch.manual_seed(0)
-    logits = torch.randn(1, 5, 7)
-    y = torch.tensor([[-100, -100, -100, 3, 4]])
-    h = torch.tensor([[-100, 1, 2, -100, -100]])
-    ce = torch.nn.functional.cross_entropy
-    want = ce(logits[0, 2:4], torch.tensor([3, 4])) + 0.5 * ce(logits[0, 0:2], torch.tensor([1, 2]))
-    assert torch.allclose(_two_part_loss(torch, logits, y, h, 0.5), want)
-    no_hist = torch.full_like(h, -100)
-    assert torch.allclose(_two_part_loss(torch, logits, y, no_hist, 0.5), ce(logits[0, 2:4], torch.tensor([3, 4])))
-
-
 def test_history_weight_trains_and_is_recorded(tmp_path) -> None:
     data = [history_example()] * 4 + examples(4)
     card = train_organism(data, out_dir=tmp_path / "org", lr=1e-2, micro_batch=2, grad_accum=1, base=tiny_base(),
@@ -223,6 +209,38 @@ def test_history_weight_trains_and_is_recorded(tmp_path) -> None:
     assert card.training["losses"][-1] < card.training["losses"][0]
     with pytest.raises(ValueError, match="history_weight"):
         train_organism(data, out_dir=tmp_path / "bad", base=tiny_base(), history_weight=-1.0)
+
+
+# -- no drift: losses and addresses recorded before the loop moved to lm/finetune.py ---------------------------------
+def test_losses_match_those_recorded_before_the_loop_moved(tmp_path) -> None:
+    """Step losses of two tiny deterministic trainings, recorded with the organism's own loop before it became
+    ``lm.finetune.train_lora`` (target-only loss with gradient accumulation; the history loss over four steps of
+    warmup and cosine). A change in masks, batching, order, schedule or loss shows here first."""
+    seen: list[float] = []
+    train_organism(examples(8), out_dir=tmp_path / "a", lr=1e-2, micro_batch=2, grad_accum=2, base=tiny_base(),
+                   progress=lambda p: seen.append(p["loss"]))
+    assert seen == pytest.approx([5.571116209030151, 5.483798265457153], abs=1e-6)
+    seen.clear()
+    card = train_organism([history_example()] * 4 + examples(4), out_dir=tmp_path / "b", lr=1e-2, micro_batch=2,
+                          grad_accum=1, base=tiny_base(), history_weight=1.0, progress=lambda p: seen.append(p["loss"]))
+    assert seen == pytest.approx([11.134439468383789, 10.953109741210938, 10.872693061828613, 5.424089431762695],
+                                 abs=1e-6)
+    assert card.training["tokens"] == 2440 and card.training["target_tokens"] == 268
+
+
+@pytest.mark.parametrize("recipe, manifest, key", [
+    ({"n_train": 320}, "d07f602566b835d92a1cc1e9c05f3e5f7313ea49c40c1b2e718f04d46c108ccb", "821e519b193c5878"),
+    ({"n_train": 320, "instinct": True}, "aa0152ecf63f59df4d5f6830ae9d91abde694a952e4b116afd6dd9521aeeba82",
+     "be37fb7039222247"),
+    ({"n_train": 960, "fresh_values": True}, "55cb9aa4c0e62f16b69faef727dc18d2be95fb618eecbe6ba5c002f59a9b6431",
+     "2d1dc26ee91d2c36")])
+def test_recorded_organism_addresses_do_not_drift(recipe, manifest, key) -> None:  # type: ignore[no-untyped-def]
+    """The addresses docs/LOG.md and the README name (v3-320, the instinct organism, v4-960), from the data
+    manifests ``plan_organism`` built for them with SmolLM2's tokenizer (recorded here so the test needs no model)."""
+    from agentmill.methods.constraint_rot.organism.cache import Recipe, adapter_key
+
+    r = Recipe(**recipe)
+    assert adapter_key(manifest, r.hyper(), r.base) == key
 
 
 def test_recipe_v1_keeps_its_address_and_v2_differs() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentmill.methods.dspark.calibration import (auroc, calibrate_sts, confidence_metrics, ece, prefix_labels,
-                                                   sigmoid, survival)
+from agentmill.methods.dspark.calibration import (calibrate_sts, confidence_metrics, ece, prefix_labels, sigmoid,
+                                                   survival)
 
 
 def test_ece_by_hand():
@@ -16,10 +16,13 @@ def test_ece_by_hand():
     assert ece(pred, lab, bins=10) == pytest.approx(0.5 * 0.3 + 0.5 * 0.1)
 
 
-def test_auroc_by_hand_with_ties():
-    assert auroc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
-    assert auroc(np.array([0.5, 0.5]), np.array([0, 1])) == pytest.approx(0.5)
-    assert np.isnan(auroc(np.array([0.5, 0.6]), np.array([1, 1])))
+def test_confidence_metrics_skip_a_position_with_one_class():
+    # position 0: positives .9, .6 vs negative .2 → AUROC 1; position 1: no positive → NaN, left out of the mean
+    pred = np.array([[0.9, 0.5], [0.6, 0.4], [0.2, 0.1]])
+    lab = np.array([[1, 0], [1, 0], [0, 0]])
+    m = confidence_metrics(pred, lab)
+    assert m["per_position"]["auroc"][0] == 1.0 and np.isnan(m["per_position"]["auroc"][1])
+    assert m["auroc"] == 1.0
 
 
 def test_prefix_labels():

@@ -197,3 +197,30 @@ def test_every_policy_is_greedy_lossless_in_the_engine(setup, policy):
     spec = SpecEngine(eng, DSparkProposer(d), policy=policy, sps=sps)
     assert _run(spec, prompts, params) == plain
     assert spec.policy.startswith(policy.split(":")[0])
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_training_resumes_exactly_from_its_safetensors_checkpoint(setup, tmp_path):
+    """The checkpoint (``lm.finetune.save_checkpoint``: safetensors + JSON header, never a pickle) holds the
+    optimiser and the data RNG: killed after step 2 and resumed, the drafter ends bit-identical to a whole run."""
+    eng, corpus, cache, _ = setup
+    tcfg = TrainConfig(steps=4, batch_sequences=4, num_anchors=4, lr=1e-3, checkpoint_every=1)
+    whole = _drafter(eng, corpus)
+    train_drafter(whole, cache, tcfg, tmp_path / "whole")
+    calls = []
+
+    def die_in_step_3(_):
+        calls.append(1)
+        if len(calls) == 3:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train_drafter(_drafter(eng, corpus), cache, tcfg, tmp_path / "run", progress=die_in_step_3)
+    assert (tmp_path / "run" / "ckpt.safetensors").exists() and not list((tmp_path / "run").glob("*.pt"))
+    resumed = _drafter(eng, corpus)
+    train_drafter(resumed, cache, tcfg, tmp_path / "run")
+    a, b = whole.state_dict(), resumed.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

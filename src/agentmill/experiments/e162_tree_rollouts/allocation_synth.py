@@ -16,12 +16,12 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, paired_diff, paired_rate_ratio
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.tree_rollouts.allocate import build_forest
 from agentmill.methods.tree_rollouts.config import AllocatorConfig, TreeConfig
 from agentmill.methods.tree_rollouts.selectors import make_selector
 from agentmill.methods.tree_rollouts.synthetic import SyntheticChainLM, make_pool
-
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.5))
     kinds = ["uniform", "aba_lite"]
@@ -109,8 +106,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     a2.set_title("budget share on empty prompts")
     fig.tight_layout()
     path = out / "allocation.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

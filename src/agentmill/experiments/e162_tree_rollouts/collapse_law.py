@@ -18,10 +18,10 @@ import numpy as np
 from agentmill.core.seeding import rng_for
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.methods.tree_rollouts.collapse import (collapse_probability, expected_pool_collapse,
-                                                      min_group_size, mixed_probability, simulate_collapse)
-
+from agentmill.methods.tree_rollouts.collapse import (collapse_probability, expected_pool_collapse, min_group_size,
+                                                      mixed_probability, simulate_collapse)
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -173,8 +170,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     paths.append(out / "collapse_vs_G.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
 
     pool = data["pool"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -194,8 +190,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax2.set_title("Polynomial approach (slope -a)")
     fig.tight_layout()
     paths.append(out / "pool_plateau.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
     return paths
 
 

@@ -14,10 +14,6 @@ Samples are checkpointed per prompt (JSONL, fsync) so an interrupted run regener
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,17 +21,14 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.seeding import rng_for
-from agentmill.core.stats import Estimate, bootstrap_ci
-from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
+from agentmill.core.stats import Estimate, bootstrap_ci, spearman
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, sample_pool
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.lm.base import GenerateConfig
 from agentmill.methods.tree_rollouts.collapse import (collapse_unbiased, fit_pool_mixture, pool_collapse_curve,
                                                       predict_collapse)
 
-SAMPLES_VERSION = "2"
-"""Bumped whenever sampling or scoring changes, so checkpointed samples of an older version are not reused
-(v2: Gumbel-max sampler)."""
 VERSION = "4"
 """Bumped whenever the analysis changes, so stored records are recomputed (from the checkpointed samples)
 (v3: the fitted pool's predicted collapse at G = 1024 is reported beside z0 + z1; v4: faster mixture fit with
@@ -88,77 +81,6 @@ CLAIMS = (
 )
 
 
-# -------------------------------------------------------------------------------------------- sampling + cache
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:100]
-
-
-def _checkpoint_path(s: Setup, ctx: RunContext) -> Path:
-    name = (f"samples-v{SAMPLES_VERSION}-{_slug(ctx.model)}-{s.prompt_style}-s{s.seed}-T{s.temperature:g}"
-            f"-n{s.samples}-m{s.max_new_tokens}.jsonl")
-    return ctx.work_dir / name
-
-
-def _read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
-    """Finished prompts by id. A torn last line (a kill mid-write) is cut off the file, so the prompt it held is
-    regenerated and its new row starts on a fresh line instead of being glued to the fragment and lost again."""
-    done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(raw.rfind(b"\n") + 1)
-            f.flush()
-            os.fsync(f.fileno())
-        raw = raw[: raw.rfind(b"\n") + 1]
-    for line in raw.decode("utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a corrupt line in the middle (should not happen with append + fsync): regenerate it
-        done[row["prompt_id"]] = row
-    return done
-
-
-def sample_pool(s: Setup, ctx: RunContext) -> list[dict[str, Any]]:
-    """Rewards of ``s.samples`` completions per prompt, resumed from the per-prompt checkpoint."""
-    if s.prompt_style not in ("fewshot", "chat"):
-        raise ValueError(f"prompt_style must be 'fewshot' or 'chat', got {s.prompt_style!r}")
-    tasks = make_pool(s.prompts, s.seed)
-    path = _checkpoint_path(s, ctx)
-    done = _read_checkpoint(path)
-    todo = [t for t in tasks if t.prompt_id not in done]
-    ctx.progress("sampling prompts", len(tasks) - len(todo), len(tasks))
-    if todo:
-        lm = ctx.load_lm()
-        if getattr(lm, "info", None):
-            ctx.data["lm_info"] = dict(lm.info)
-        cfg_base = dict(n=s.samples, temperature=s.temperature, max_new_tokens=s.max_new_tokens,
-                        stop_regex=STOP_REGEX)
-        with open(path, "a", encoding="utf-8") as f:
-            for t in todo:
-                k = tasks.index(t)
-                shots = example_pair(t.level, s.seed, k)
-                prompt = t.completion_prompt(shots) if s.prompt_style == "fewshot" else t.messages(shots)
-                t0 = time.perf_counter()
-                outs = lm.generate([prompt], GenerateConfig(seed=s.seed * 100_003 + k, **cfg_base))
-                seconds = time.perf_counter() - t0
-                rewards = [t.verify(o.text) for o in outs]
-                row = {"prompt_id": t.prompt_id, "level": t.level, "answer": t.answer,
-                       "rewards": [r.value for r in rewards], "reasons": [r.reason for r in rewards],
-                       "tokens": [o.completion_tokens for o in outs], "texts": [o.text[:300] for o in outs],
-                       "seconds": round(seconds, 3)}
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-                done[t.prompt_id] = row
-                ctx.progress("sampling prompts", len(done), len(tasks))
-    elif "lm_info" not in ctx.data:
-        ctx.data["lm_info"] = {"spec": ctx.model, "note": "all samples from checkpoint"}
-    return [done[t.prompt_id] for t in tasks]
-
-
 # ------------------------------------------------------------------------------------------------ statistics
 def _counts(R: np.ndarray) -> list[tuple[int, int]]:
     return [(int(r.sum()), int(r.size)) for r in R]
@@ -172,14 +94,6 @@ def _split_half_errors(R: np.ndarray, Gs: tuple[int, ...]) -> tuple[float, dict[
     pred = {G: float(np.mean(predict_collapse(fit, first, G))) for G in Gs}
     obs = {G: float(np.mean([collapse_unbiased(k, n, G) for k, n in second])) for G in Gs}
     return max(abs(pred[G] - obs[G]) for G in Gs), pred, obs
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    if np.ptp(y) == 0:
-        return float("nan")
-    return float(spearmanr(x, y).statistic)
 
 
 def _level_collapse(R: np.ndarray, levels: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
@@ -200,12 +114,17 @@ def _throughput(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "gen_tokens_per_s": tokens / seconds if seconds > 0 and tokens > 0 else None}
 
 
+def pool_spec(s: Setup) -> PoolSpec:
+    return PoolSpec(prompts=s.prompts, samples=s.samples, temperature=s.temperature, max_new_tokens=s.max_new_tokens,
+                    prompt_style=s.prompt_style, seed=s.seed)
+
+
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     if s.samples < 4 or s.samples % 2:
         raise ValueError(f"samples must be even and >= 4 for the split-half test, got {s.samples}")
     if max(s.pred_Gs) > s.samples // 2:
         raise ValueError(f"pred_Gs must be <= samples/2 = {s.samples // 2}, got {s.pred_Gs}")
-    rows = sample_pool(s, ctx)
+    rows = sample_pool(pool_spec(s), ctx)
     R = np.array([r["rewards"] for r in rows], dtype=float)
     levels = np.array([r["level"] for r in rows])
     N = s.samples
@@ -229,12 +148,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     # R2b: Spearman(level, per-level collapse at G = 8), bootstrap within levels via prompt resampling.
     G_b = min(8, N)
     lv, c_lv = _level_collapse(R, levels, G_b)
-    rho = _spearman(lv, c_lv)
+    rho = spearman(lv, c_lv)
     rho_boot = []
     for ii in idx:
         if len(set(levels[ii].tolist())) >= 3:
             lvb, cb = _level_collapse(R[ii], levels[ii], G_b)
-            rho_boot.append(_spearman(lvb, cb))
+            rho_boot.append(spearman(lvb, cb))
     rho_boot = [x for x in rho_boot if x == x]
     r2b = (Estimate(rho, float(min(np.quantile(rho_boot, 0.025), rho)), float(max(np.quantile(rho_boot, 0.975), rho)),
                     n=len(lv), method="bootstrap") if rho == rho and rho_boot else Estimate.exact(float("nan")))
@@ -308,10 +227,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -343,8 +259,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax2.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "collapse_by_level.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     N = data["N"]
@@ -358,8 +273,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     paths.append(out / "pass_rate_histogram.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
     return paths
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from agentmill.core.seeding import rng_for
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.tree_rollouts.objective import (brute_force_opt, check_submodular, greedy, objective,
                                                        objective_table, random_instance)
@@ -130,10 +131,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     r = np.array(data["ratios"])
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -147,8 +145,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / "greedy_vs_opt.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -27,8 +27,9 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, paired_diff, paired_rate_ratio
 from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
-from agentmill.experiments.e162_tree_rollouts import collapse_llm as r2
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, sample_pool, slug
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.lm.fork import StopSpec, WhiteBoxForker
 from agentmill.lm.throughput import throughput_probe
@@ -93,11 +94,11 @@ CLAIMS = (
 
 def _calibration(s: Setup, ctx: RunContext) -> list[dict[str, Any]]:
     """Per-prompt calibration rows from e162.collapse_llm's checkpoint (sampled there if missing)."""
-    r2_setup = replace(r2.SETUPS["full"], prompts=s.calib_prompts, samples=s.calib_samples,
-                       max_new_tokens=s.max_new_tokens, temperature=s.temperature, seed=s.seed)
+    pool = PoolSpec(prompts=s.calib_prompts, samples=s.calib_samples, max_new_tokens=s.max_new_tokens,
+                    temperature=s.temperature, prompt_style="fewshot", seed=s.seed)
     r2_ctx = replace(ctx, work_dir=ctx.work_dir.parent / "e162.collapse_llm")
     r2_ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    return r2.sample_pool(r2_setup, r2_ctx)
+    return sample_pool(pool, r2_ctx)
 
 
 def _checkpoint(path: Path) -> dict[str, dict[str, Any]]:
@@ -138,7 +139,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         raise ValueError(f"the calibration pool has only {len(hard)} hard prompts (0 < p̂ <= 0.25); "
                          "raise calib_prompts")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = ctx.work_dir / f"trees-v{VERSION}-{r2._slug(ctx.model)}-s{s.seed}-B{s.budget}-b{s.wave}-m{s.max_new_tokens}.jsonl"
+    ckpt = ctx.work_dir / (f"trees-v{VERSION}-{slug(ctx.model)}-s{s.seed}-B{s.budget}-b{s.wave}"
+                           f"-m{s.max_new_tokens}.jsonl")
     done = _checkpoint(ckpt)
     todo = [(arm, pid) for arm in ARMS for pid in hard + lake if f"{arm}/{pid}" not in done]
     total = len(ARMS) * len(hard + lake)
@@ -237,10 +239,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     per = data["per_arm"]
     arms = list(per)
@@ -258,8 +257,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     fig.suptitle("SmolLM2 arithmetic: tree rollouts vs independent sampling at equal generated tokens")
     fig.tight_layout()
     path = out / "tree_llm.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

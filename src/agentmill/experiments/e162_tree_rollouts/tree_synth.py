@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, paired_diff, paired_rate_ratio
+from agentmill.core.stats import Estimate, paired_diff, paired_rate_ratio, proportion_estimate, spearman
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.tree_rollouts.advantages import node_advantages
 from agentmill.methods.tree_rollouts.config import TreeConfig, UUCBConfig
 from agentmill.methods.tree_rollouts.sampler import build_tree, build_view, sample_independent
 from agentmill.methods.tree_rollouts.selectors import UUCB, CandidateView, make_selector
 from agentmill.methods.tree_rollouts.synthetic import SyntheticChainLM, make_pool
-
 
 
 @dataclass(frozen=True)
@@ -156,14 +156,6 @@ def _nc4(s: Setup) -> int:
     return mismatches
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    return float(spearmanr(x, y).statistic)
-
-
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     units = [(s, arm, b, seed, start, arm == "uucb" and b == s.budgets[0] and seed == 0)
              for b in s.budgets for arm in s.arms for seed in range(s.run_seeds)
@@ -217,7 +209,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                            "depth_mean": float(a["depth"].sum() / max(a["leaves"].sum(), 1)),
                            "leaves_per_prompt": float(a["leaves"].mean()),
                            "forward_per_gen": float(a["forward"].sum() / a["gen"].sum())}
-            out[f"mixed_ratio_{arm}_B{B}"] = Estimate(*_wilson(a["mixed"]), n=len(a["mixed"]), method="wilson")
+            out[f"mixed_ratio_{arm}_B{B}"] = proportion_estimate(int(a["mixed"].sum()), len(a["mixed"]))
             out[f"leaf_success_{arm}_B{B}"] = Estimate.exact(arms_b[arm]["leaf_success_rate"])
         per_budget[B] = arms_b
     out["r3a_worst_ratio"] = worst([out[f"r3a_{a}_over_indep_B{B}"] for a in ("uucb", "random") for B in s.budgets])
@@ -238,7 +230,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     proxy = {}
     for name, (lo, hi) in buckets.items():
         m = (pairs[:, 0] >= lo) & (pairs[:, 0] <= hi) if len(pairs) else np.zeros(0, bool)
-        rho = _spearman(pairs[m, 1], pairs[m, 2]) if m.any() else float("nan")
+        rho = spearman(pairs[m, 1], pairs[m, 2]) if m.any() else float("nan")
         proxy[name] = {"n": int(m.sum()), "spearman": rho}
         out[f"r4c_proxy_spearman_{name}"] = Estimate.exact(rho, n=int(m.sum()))
     ctx.data.update({"per_budget": {str(k): v for k, v in per_budget.items()}, "proxy": proxy,
@@ -246,18 +238,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
-def _wilson(x: np.ndarray) -> tuple[float, float, float]:
-    from agentmill.core.stats import proportion_estimate
-
-    e = proportion_estimate(int(x.sum()), len(x))
-    return e.value, e.lo, e.hi
-
-
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     arms = data["arms"]
     budgets = data["budgets"]
@@ -277,8 +259,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     fig.suptitle("Synthetic chain, hard pool: informative samples per token, tree arms vs independent")
     fig.tight_layout()
     path = out / "tree_synth_signal.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

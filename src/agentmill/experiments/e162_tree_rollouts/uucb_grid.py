@@ -18,6 +18,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e162_tree_rollouts import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.tree_rollouts.config import TreeConfig, UUCBConfig
 from agentmill.methods.tree_rollouts.sampler import build_tree
@@ -89,10 +90,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cells = data["cells"]
     ms = sorted({c["m"] for c in cells})
@@ -114,8 +112,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     fig.colorbar(im, ax=axes[0].tolist(), label="informative leaves / 1k tokens")
     fig.suptitle("UUCB grid on the synthetic hard pool (• = within 10% of the best cell)")
     path = out / "uucb_grid.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, path, dpi=110, bbox_inches="tight")
     return [path]
 
 

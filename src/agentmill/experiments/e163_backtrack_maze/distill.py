@@ -19,10 +19,11 @@ from agentmill.core.seeding import derive_seed
 from agentmill.core.stats import Estimate, bootstrap_ci
 from agentmill.envs.pathstar import PathStarMultigraph
 from agentmill.experiments.e163_backtrack_maze import PAPER
-from agentmill.experiments.e163_backtrack_maze.separation import parse_configs
+from agentmill.experiments.e163_backtrack_maze.maze_configs import parse_configs
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.methods.backtrack_maze import (TabularPolicy, collect_traces, fit_student, hitting_time,
-                                              optimal_time, train_rlvr_reinforce, train_sft)
+from agentmill.methods.backtrack_maze import (TabularPolicy, collect_traces, fit_student, hitting_time, optimal_time,
+                                              train_rlvr_reinforce, train_sft)
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cfgs = [tuple(c) for c in data["configs"]]
     arms = [("T_sft", "SFT"), ("T_teacher", "RLVR teacher"), ("T_distill", "distilled"),
@@ -149,8 +147,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "maze_distill.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

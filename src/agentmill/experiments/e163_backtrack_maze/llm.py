@@ -21,6 +21,7 @@ import numpy as np
 from agentmill.core.stats import Estimate, paired_diff
 from agentmill.envs.pathstar import BWD, FWD, PathStarMultigraph
 from agentmill.experiments.e163_backtrack_maze import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.backtrack_maze.text import HEADERS, base_model, p_back, train_text_sft
 
@@ -88,10 +89,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label, c in (("bwd", "backward-facing", "C0"), ("fwd", "forward-facing", "C1")):
@@ -109,8 +107,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax2.set_ylabel("SFT loss (move tokens)")
     fig.tight_layout()
     path = out / "maze_llm_p_back.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

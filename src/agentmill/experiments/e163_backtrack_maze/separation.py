@@ -29,27 +29,13 @@ from agentmill.core.seeding import derive_seed
 from agentmill.core.stats import Estimate, bootstrap_ci
 from agentmill.envs.pathstar import PathStarMultigraph
 from agentmill.experiments.e163_backtrack_maze import PAPER
+from agentmill.experiments.e163_backtrack_maze.maze_configs import parse_configs
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.methods.backtrack_maze import (RestartAfter, TabularPolicy, hitting_time, mc_hitting_time,
-                                              optimal_time, restart_time, sft_converged_time, train_rlvr_exact,
-                                              train_rlvr_reinforce, train_sft)
+from agentmill.methods.backtrack_maze import (RestartAfter, TabularPolicy, hitting_time, mc_hitting_time, optimal_time,
+                                              restart_time, sft_converged_time, train_rlvr_exact, train_rlvr_reinforce,
+                                              train_sft)
 from agentmill.methods.backtrack_maze.rollout import mc_steps
-
-
-
-def parse_configs(text: str) -> list[tuple[int, int, int]]:
-    """``"4,5,2;4,6,2"`` -> [(4, 5, 2), (4, 6, 2)] (W, K, L triples), validated."""
-    out = []
-    for part in (p for p in text.split(";") if p.strip()):
-        vals = part.split(",")
-        if len(vals) != 3:
-            raise ValueError(f"configs must be 'W,K,L;W,K,L;...', got {part!r}")
-        W, K, L = (int(v) for v in vals)
-        PathStarMultigraph(W, K, L)
-        out.append((W, K, L))
-    if not out:
-        raise ValueError("configs must name at least one W,K,L triple")
-    return out
 
 
 @dataclass(frozen=True)
@@ -310,10 +296,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sweep = data["sweep"]
     Ls = sorted({r["L"] for r in sweep})
@@ -341,8 +324,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     paths = [out / "maze_T_vs_K.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
 
     rows = data["restart"]
     W, K, L = data["restart_config"]
@@ -357,8 +339,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "maze_restart.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, paths[-1], dpi=110)
     return paths
 
 

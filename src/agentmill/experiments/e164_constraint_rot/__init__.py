@@ -5,6 +5,9 @@ none of them: the registry loads them on first use."""
 
 PAPER = "ConstraintRot (E164; spec constraint-rot.md)"
 
+REQUIRES = frozenset({"constraint-rot"})
+"""Every E164 experiment builds its claims from the YAML pre-registration and rule catalogue when it is defined."""
+
 MODULES: tuple[str, ...] = (
     "mechanism",
     "compression",

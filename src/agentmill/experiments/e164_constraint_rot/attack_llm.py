@@ -64,10 +64,12 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot.compression import (_compaction_points, _paired, tightest_ratio,
-                                                                   transfer_heatmap)
-from agentmill.experiments.e164_constraint_rot.mechanism import PAPER, episodes, make_counter, office
+from agentmill.core.stats import Estimate, proportion_estimate
+from agentmill.experiments.e164_constraint_rot import PAPER
+from agentmill.experiments.e164_constraint_rot.attack_analysis import (column_difference, points_with_progress,
+                                                                       tightest_ratio, transfer_heatmap)
+from agentmill.experiments.e164_constraint_rot.office_bench import episodes, make_counter, office
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
 LLM = "llm"
@@ -186,9 +188,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["prereg"] = {"version": pr.version, "sha256": pr.sha256}
     t0 = time.perf_counter()
     with office() as sb:
-        dev_points = _compaction_points(sb, counter, episodes(sb, counter, s.n_dev, s.dev_seed, s.distractor_tokens,
+        dev_points = points_with_progress(sb, counter, episodes(sb, counter, s.n_dev, s.dev_seed, s.distractor_tokens,
                                                               split="dev"), s.keep_last, ctx, "dev")
-        points = _compaction_points(sb, counter, episodes(sb, counter, s.n_test, s.seed, s.distractor_tokens),
+        points = points_with_progress(sb, counter, episodes(sb, counter, s.n_test, s.seed, s.distractor_tokens),
                                     s.keep_last, ctx, "test")
     dev, dev_skipped = attack_cases(dev_points, s.keep_last)
     test, skipped = attack_cases(points, s.keep_last)
@@ -242,7 +244,7 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
     from agentmill.methods.constraint_rot.attacks import (DROP_LABELS, FIXED_PROBE, Slots, attack_labels,
                                                           evaluate_attack, optimise_attack)
     from agentmill.methods.constraint_rot.attacks.cases import clean_label
-    from agentmill.methods.constraint_rot.stats import cluster_bootstrap, wilson_estimate
+    from agentmill.methods.constraint_rot.stats import WILSON_Z
 
     if LLM in references:
         raise ValueError(f"references must not use the LLM target's key {LLM!r}")
@@ -276,10 +278,11 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
             "fixed": drops(fixed)}
     rows = [{"family": c.rule_id.split("|")[0], "episode_id": c.rule_id, **{a: v[i] for a, v in arms.items()}}
             for i, c in enumerate(test)]
-    out: dict[str, Estimate] = {f"dr_{a}_{LLM}": wilson_estimate(int(sum(v)), m) for a, v in arms.items()}
-    out[f"dr_attack_minus_clean_{LLM}"] = _paired(rows, "attack", "clean", n_boot, cluster_bootstrap)
-    out[f"dr_filler_minus_clean_{LLM}"] = _paired(rows, "filler", "clean", n_boot, cluster_bootstrap)
-    out[f"dr_optimised_minus_fixed_{LLM}"] = _paired(rows, "attack", "fixed", n_boot, cluster_bootstrap)
+    out: dict[str, Estimate] = {f"dr_{a}_{LLM}": proportion_estimate(int(sum(v)), m, z=WILSON_Z)
+                                for a, v in arms.items()}
+    out[f"dr_attack_minus_clean_{LLM}"] = column_difference(rows, "attack", "clean", n_boot)
+    out[f"dr_filler_minus_clean_{LLM}"] = column_difference(rows, "filler", "clean", n_boot)
+    out[f"dr_optimised_minus_fixed_{LLM}"] = column_difference(rows, "attack", "fixed", n_boot)
     out[f"payload_tokens_{LLM}"] = Estimate.exact(ev.payload_tokens, n=m)
     by_loc: dict[str, list[float]] = {}
     if locations is not None:
@@ -287,7 +290,7 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
             by_loc.setdefault(locations[c.rule_id], []).append(d)
         outside = [d for c, d in zip(test, arms["attack"]) if locations[c.rule_id] != "system"]
         if outside:
-            out[f"dr_attack_{LLM}_outside_system"] = wilson_estimate(int(sum(outside)), len(outside))
+            out[f"dr_attack_{LLM}_outside_system"] = proportion_estimate(int(sum(outside)), len(outside), z=WILSON_Z)
 
     # step 5: the transfer matrix (every frozen attack and A2 × every compactor, on test)
     compactors = {LLM: watched, **references}
@@ -299,12 +302,12 @@ def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any]
         for c, comp in compactors.items():
             say(f"E164 CR-8f: transfer {a} → {c}", 0, None)
             k = int(sum(drops(attack_labels(comp, test, tid, sl, counter=counter)[0])))
-            est = wilson_estimate(k, m)
+            est = proportion_estimate(k, m, z=WILSON_Z)
             out[f"dr_transfer_{_slug(a)}_on_{c}"] = est
             transfer[a][c] = [est.value, est.lo, est.hi]
     transfer_clean = {}
     for c, comp in compactors.items():
-        est = wilson_estimate(int(sum(drops([clean_label(comp, case, counter) for case in test]))), m)
+        est = proportion_estimate(int(sum(drops([clean_label(comp, case, counter) for case in test]))), m, z=WILSON_Z)
         transfer_clean[c] = [est.value, est.lo, est.hi]
     seconds_test = time.perf_counter() - t0
     out["health_summary_failed"] = Estimate.exact(watched.failed, n=watched.compactions)
@@ -333,10 +336,7 @@ def _slug(attack: str) -> str:
 
 # -- plots ---------------------------------------------------------------------------------------------------------
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     d = data.get("cr8f")
     if not d or "target" not in d:
@@ -358,8 +358,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
                  fontsize=9)
     fig.tight_layout()
     p = out / "e164_cr8f_drop_rates.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     paths.append(p)
     tr = d.get("transfer") or {}
     if tr:
@@ -380,7 +379,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    requires=frozenset({"hf"}),
+    requires=frozenset({"constraint-rot", "hf"}),
     scale_note="LLMSummary(SmolLM2-135M, goal_extract, ratio 0.25) as the attack target; templates A1–A6 searched on "
                "10 dev episodes with population 4 × 1 generation (the spec's 16 × 4 costs hours of SmolLM2 "
                "summaries on 2 CPU cores), reported on 32 test_iid episodes. CR-8f is a reported criterion (no "

@@ -41,13 +41,17 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot.mechanism import (PAPER, compactors, episodes, make_counter,
-                                                                 office, prereg_claim)
+from agentmill.core.stats import Estimate, proportion_estimate
+from agentmill.experiments.e164_constraint_rot import PAPER
+from agentmill.experiments.e164_constraint_rot.attack_analysis import (column_difference, points_with_progress,
+                                                                       tightest_ratio, transfer_heatmap)
+from agentmill.experiments.e164_constraint_rot.office_bench import (compactors, episodes, make_counter, office,
+                                                                    prereg_claim)
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.methods.constraint_rot.survival import SURVIVED
 
 SCORERS = ("tfidf", "recency_tfidf", "constraint_aware")
-SURVIVED = ("preserved", "paraphrased")
 TARGETS = ("note_following", "extractive_ca")
 
 
@@ -115,13 +119,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.constraint_rot import conditions as C
     from agentmill.methods.constraint_rot.actors import RuleReader
     from agentmill.methods.constraint_rot.attacks import (DROP_LABELS, EVICTION_TEMPLATES, FIXED_PROBE, Slots,
-                                                          attack_labels, drop_rate, evaluate_attack,
-                                                          optimise_attack)
+                                                          attack_labels, drop_rate, evaluate_attack, optimise_attack)
     from agentmill.methods.constraint_rot.attacks.cases import attack_cases, clean_label, clean_survival
     from agentmill.methods.constraint_rot.compactors import ExtractiveSummary, NoteFollowingSummary
     from agentmill.methods.constraint_rot.loop import AgentLoop, ContextBudget
     from agentmill.methods.constraint_rot.prereg import load_prereg
-    from agentmill.methods.constraint_rot.stats import cluster_bootstrap, wilson_estimate
+    from agentmill.methods.constraint_rot.stats import WILSON_Z
     from agentmill.methods.constraint_rot.survival import classify_survival
 
     if list(s.ratios) != sorted(s.ratios, reverse=True) or not all(0 < r < 1 for r in s.ratios):
@@ -134,10 +137,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out: dict[str, Estimate] = {}
     with office() as sb:
         ctx.progress("E164 CR-5: episodes", 0, None)
-        points = _compaction_points(sb, counter, episodes(sb, counter, s.n_episodes, s.seed, s.distractor_tokens),
+        points = points_with_progress(sb, counter, episodes(sb, counter, s.n_episodes, s.seed, s.distractor_tokens),
                                     s.keep_last, ctx, "test")
         ctx.progress("E164 CR-8: dev episodes", 0, None)
-        dev_points = _compaction_points(sb, counter, episodes(sb, counter, s.n_dev, s.dev_seed, s.distractor_tokens,
+        dev_points = points_with_progress(sb, counter, episodes(sb, counter, s.n_dev, s.dev_seed, s.distractor_tokens,
                                                               split="dev"), s.keep_last, ctx, "dev")
         n = len(points)
 
@@ -154,7 +157,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             for r in s.ratios:
                 m = ExtractiveSummary(r, scorer, counter=counter)
                 k = sum(survived(e, m.compact(list(msgs), keep_last=s.keep_last)) for e, msgs in points)
-                w = wilson_estimate(k, n)
+                w = proportion_estimate(k, n, z=WILSON_Z)
                 vals.append(k / n)
                 los.append(w.lo)
                 his.append(w.hi)
@@ -193,12 +196,11 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                      "attack": float(a in DROP_LABELS), "fixed": float(fx in DROP_LABELS)}
                     for c, f, cl, a, fx in zip(test, ev.filler_labels, ev.clean_labels, ev.labels, fixed.labels)]
             pooled += [{**r, "episode_id": f"{t}|{r['episode_id']}"} for r in rows]
-            out[f"dr_attack_{t}"] = wilson_estimate(sum(lab in DROP_LABELS for lab in ev.labels), m)
-            out[f"dr_clean_{t}"] = wilson_estimate(sum(lab in DROP_LABELS for lab in ev.clean_labels), m)
-            out[f"dr_filler_{t}"] = wilson_estimate(sum(lab in DROP_LABELS for lab in ev.filler_labels), m)
-            out[f"dr_filler_minus_clean_{t}"] = _paired(rows, "filler", "clean", s.n_boot, cluster_bootstrap)
-            out[f"dr_fixed_{t}"] = wilson_estimate(sum(lab in DROP_LABELS for lab in fixed.labels), m)
-            out[f"dr_optimised_minus_fixed_{t}"] = _paired(rows, "attack", "fixed", s.n_boot, cluster_bootstrap)
+            for arm, labels in (("attack", ev.labels), ("clean", ev.clean_labels), ("filler", ev.filler_labels)):
+                out[f"dr_{arm}_{t}"] = proportion_estimate(sum(lab in DROP_LABELS for lab in labels), m, z=WILSON_Z)
+            out[f"dr_filler_minus_clean_{t}"] = column_difference(rows, "filler", "clean", s.n_boot)
+            out[f"dr_fixed_{t}"] = proportion_estimate(sum(lab in DROP_LABELS for lab in fixed.labels), m, z=WILSON_Z)
+            out[f"dr_optimised_minus_fixed_{t}"] = column_difference(rows, "attack", "fixed", s.n_boot)
             out[f"payload_tokens_{t}"] = Estimate.exact(ev.payload_tokens, n=m)
             # reported: where the policy sat (a system-slot rule is outside every summarised span)
             by_loc: dict[str, list[float]] = {}
@@ -206,7 +208,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                 by_loc.setdefault(location[c.rule_id], []).append(float(lab in DROP_LABELS))
             summarised = [lab in DROP_LABELS for c, lab in zip(test, ev.labels) if location[c.rule_id] != "system"]
             if summarised:
-                out[f"dr_attack_{t}_outside_system"] = wilson_estimate(sum(summarised), len(summarised))
+                out[f"dr_attack_{t}_outside_system"] = proportion_estimate(sum(summarised), len(summarised), z=WILSON_Z)
             cr8[t] = {"attack": ev.drop_rate, "clean": ev.clean_drop_rate, "filler": ev.filler_drop_rate,
                       "fixed": fixed.drop_rate, "fixed_filler": fixed.filler_drop_rate,
                       "payload_tokens": ev.payload_tokens, "template": opt.template_id, "slots": opt.slots,
@@ -214,7 +216,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                       "fitness_history": list(opt.history), "random_best_fitness": opt.random_best_fitness,
                       "evaluations": opt.evaluations, "optimised_attack": opt.to_dict(),
                       "attack_by_location": {k: float(np.mean(v)) for k, v in sorted(by_loc.items())}}
-        out["dr_filler_minus_clean_pooled"] = _paired(pooled, "filler", "clean", s.n_boot, cluster_bootstrap)
+        out["dr_filler_minus_clean_pooled"] = column_difference(pooled, "filler", "clean", s.n_boot)
 
         # transfer matrix: every frozen attack (and A2) against every compactor, on test
         pool = {**targets, **{k: v for k, v in compactors(counter).items() if k != "note_following"}}
@@ -243,7 +245,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                 raise RuntimeError(f"CR-8d: {len(errors)} episodes failed, e.g. {errors[0]}")
             v_pin = float(np.mean([bool(r["violation"]) for r in pin]))
             pinned_v.append(v_pin)
-            out[f"v_unpinned_attack_{t}"] = wilson_estimate(sum(bool(r["violation"]) for r in bare), len(bare))
+            out[f"v_unpinned_attack_{t}"] = proportion_estimate(sum(bool(r["violation"]) for r in bare), len(bare),
+                                                                z=WILSON_Z)
             d_table[t] = {"pinned": v_pin, "unpinned": float(np.mean([bool(r["violation"]) for r in bare])),
                           "n": len(eps)}
         out["v_pinned_attack_max"] = Estimate.exact(max(pinned_v), n=s.n_attack_episodes * len(targets))
@@ -251,34 +254,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
-def tightest_ratio(survival: dict[float, float], target: float) -> float:
-    """The smallest ratio whose clean survival is ≥ ``target`` (the spec's "ratio tuned on dev so clean survival
-    ≥ 90 %"); when none reaches it, the loosest ratio (the closest the grid gets; the survival is reported)."""
-    if not survival:
-        raise ValueError("tightest_ratio: no ratios")
-    ok = [r for r in sorted(survival) if survival[r] >= target]
-    return ok[0] if ok else max(survival)
-
-
-def _compaction_points(sb: Any, counter: Any, eps: list[Any], keep_last: int, ctx: RunContext,
-                       label: str) -> list[tuple[Any, list[Any]]]:
-    from agentmill.methods.constraint_rot.attacks.cases import compaction_points
-
-    return compaction_points(sb, eps, counter, keep_last,
-                             progress=lambda d, t: ctx.progress(f"E164: compaction points ({label})", d, t))
-
-
-def _paired(rows: list[dict[str, Any]], a: str, b: str, B: int, cluster_bootstrap: Any) -> Estimate:
-    """Mean of column ``a`` minus mean of column ``b``, paired by episode (cluster bootstrap over families)."""
-    return cluster_bootstrap(rows, lambda rs: float(np.mean([r[a] for r in rs])), B=B, seed=0,
-                             paired_with=lambda rs: float(np.mean([r[b] for r in rs])))
-
-
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths: list[Path] = []
     cr5 = data.get("cr5")
@@ -298,8 +275,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         p = out / "e164_cr5_survival_vs_ratio.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
+        save(fig, p, dpi=110)
         paths.append(p)
     cr8 = data.get("cr8")
     if cr8 and "targets" in cr8:
@@ -319,8 +295,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         p = out / "e164_cr8_drop_rates.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
+        save(fig, p, dpi=110)
         paths.append(p)
         tr = cr8.get("transfer") or {}
         if tr:
@@ -332,30 +307,6 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
-def transfer_heatmap(mat: Any, rows: list[str], cols: list[str], title: str, path: Path) -> Path:
-    """A transfer matrix (attack × compactor drop rates in [0, 1]) as an annotated heat map at ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    mat = np.asarray(mat, dtype=float)
-    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 2.5, 0.6 * len(rows) + 1.8))
-    im = ax.imshow(mat, vmin=0, vmax=1, cmap="magma")
-    for i in range(len(rows)):
-        for j in range(len(cols)):
-            ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                    color="white" if mat[i, j] < 0.5 else "black")
-    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.04)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_compression",
     parallel_safe=True,
@@ -364,6 +315,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"constraint-rot"}),
     plots=plots,
     scale_note="No model: ExtractiveSummary (three scorers) and NoteFollowingSummary on compaction-point contexts "
                "of replayed episodes; the extractive ratio and the attack are chosen on dev episodes and judged on "

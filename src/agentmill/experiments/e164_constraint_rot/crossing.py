@@ -4,7 +4,7 @@ summarisers S × actors A on identical inputs, V[s][a] and the variance decompos
 Steps:
 
 1. **Organism.** The adapter comes from the shared content-addressed organism cache through the organism
-   experiment's :func:`~agentmill.experiments.e164_constraint_rot.organism.obtain_adapter`; this module's quick
+   experiment's :func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.obtain_adapter`; this module's quick
    and full setups copy that experiment's *full* ``n_train``/``data_seed``/``base``/``dtype``/``max_length`` (smoke
    its smoke ones), so the address (and therefore the adapter) is the one that experiment trains. Its card's validation (G1–G6) is read; it is re-run (with the
    organism experiment's ``n_per_cell``) only when the card has none under the same prereg sha256 and cell size.
@@ -22,7 +22,7 @@ Steps:
    model input at the trigger for each (episode, compactor) (``identical_inputs`` = 1).
 5. **Metrics.** ``V[s][a]`` (Wilson 95 %), lenient survival per row (Wilson; one label per episode since the
    contexts are identical), and over the cell means ``η²_S = SS_rows/SS_total``, ``η²_A = SS_cols/SS_total``
-   (``methods/constraint_rot/stats.variance_decomposition``), each with a two-stage cluster-bootstrap CI
+   (``core.stats.variance_decomposition``), each with a two-stage cluster-bootstrap CI
    (families, then episodes; all cells of an episode travel together). **CR-10a** is prereg's ``eta2_S −
    3·eta2_A ≥ 0`` as metric ``eta_margin``; ``ge`` is mapped the way every E164 experiment maps it
    (``prereg_claim``): the whole bootstrap CI must be ≥ 0. The ratio η²_S/η²_A is recorded in ``data`` only
@@ -42,7 +42,7 @@ Profiles. ``smoke`` runs without SmolLM2 exactly like the organism experiment's 
 are specs the run context's ``lm_loader`` resolves (tests inject the tiny random Llama and a scripted summariser),
 the adapter lives in the work dir, and ``judged=False`` renames the claim metric (``protocol.unjudged``).
 ``quick`` only plans (``plan_only``, through the organism experiment's
-:func:`~agentmill.experiments.e164_constraint_rot.organism.plan_report`: the SFT data built and checked, the adapter
+:func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.plan_report`: the SFT data built and checked, the
 address, whether a validated organism is cached; no SmolLM2 weights loaded, nothing decoded, so CR-10a has no
 metric and is inconclusive): the main job's quick suite must stay well under 30 min on 2 cores, and this run needs
 the organism (≈ 40 min of training alone there) plus SmolLM2 summaries and decisions. ``full`` is the spec's quick
@@ -64,20 +64,22 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot import organism as organism
-from agentmill.experiments.e164_constraint_rot.mechanism import PAPER, make_counter, office, prereg_claim
+from agentmill.core.stats import Estimate, proportion_estimate
+from agentmill.experiments.e164_constraint_rot import PAPER
+from agentmill.experiments.e164_constraint_rot import organism_profiles as profiles
+from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, office, prereg_claim
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Experiment, RunContext, unjudged
+from agentmill.methods.constraint_rot.crossing import cell_means, decomposition, eta
+from agentmill.methods.constraint_rot.metrics import PRECONDITION_NOT_MET
+from agentmill.methods.constraint_rot.survival import SURVIVED
 
-PRECONDITION_NOT_MET = organism.PRECONDITION_NOT_MET
-SURVIVED = ("preserved", "paraphrased")
 ORGANISM, SEMANTIC, VERBATIM = "organism", "rule_reader:semantic", "rule_reader:verbatim"
 ACTORS = (ORGANISM, SEMANTIC, VERBATIM)
 """Column labels of V[s][a] (the organism's own name carries its adapter key; the label does not)."""
@@ -89,11 +91,11 @@ class Setup:
     """``test_iid`` trigger episodes (spec §7: quick 24, full 96; kinds alternate; our full profile runs 24)."""
     styles: tuple[str, ...] = ("goal_extract", "handoff")
     """LLMSummary prompt styles (spec CR-10: ≥ 2 LLM summary styles among ≥ 4 compactors)."""
-    n_train: int = organism.SETUPS["full"].n_train
+    n_train: int = profiles.SETUPS["full"].n_train
     """Organism SFT examples — must equal the organism experiment's so the adapter address is the same."""
-    n_per_cell: int = organism.SETUPS["full"].n_per_cell
+    n_per_cell: int = profiles.SETUPS["full"].n_per_cell
     """Validation episodes per cell when the card has no validation for this cell size (organism experiment's)."""
-    data_seed: int = organism.SETUPS["full"].data_seed
+    data_seed: int = profiles.SETUPS["full"].data_seed
     """``build_sft_dataset`` seed (part of the adapter address)."""
     base: str = "hf:smollm2"
     """Organism base: ``hf:`` spec, or any spec the run context's ``lm_loader`` resolves to an organism ``Base``."""
@@ -103,17 +105,17 @@ class Setup:
     """Token counter for episodes, budgets and survival distances: ``smollm2`` or ``whitespace``."""
     distractor_tokens: tuple[int, ...] = (400, 1000)
     """Distractor length range (the organism grid's)."""
-    max_length: int = organism.SETUPS["full"].max_length
+    max_length: int = profiles.SETUPS["full"].max_length
     """Organism training max length (part of the adapter address)."""
-    lr: float = organism.SETUPS["full"].lr
+    lr: float = profiles.SETUPS["full"].lr
     """Organism recipe (part of the adapter address; ``organism/cache.Recipe``): learning rate,"""
-    history_weight: float = organism.SETUPS["full"].history_weight
+    history_weight: float = profiles.SETUPS["full"].history_weight
     """… weight of the loss on past tool-call turns,"""
-    train_dtype: str = organism.SETUPS["full"].train_dtype
+    train_dtype: str = profiles.SETUPS["full"].train_dtype
     """… training dtype,"""
-    paired: bool = organism.SETUPS["full"].paired
+    paired: bool = profiles.SETUPS["full"].paired
     """… contrastive groups (recipe v3),"""
-    fresh_values: bool = organism.SETUPS["full"].fresh_values
+    fresh_values: bool = profiles.SETUPS["full"].fresh_values
     """… and fresh parameter values (recipe v4; it failed its gates at 960)."""
     max_new_tokens: int = 160
     """Organism decode budget per decision."""
@@ -134,7 +136,7 @@ class Setup:
 
 def _org(profile: str, **kw: Any) -> dict[str, Any]:
     """The adapter-address fields of the organism experiment's ``profile`` setup (plus its validation cell size)."""
-    o = organism.SETUPS[profile]
+    o = profiles.SETUPS[profile]
     return {"n_train": o.n_train, "n_per_cell": o.n_per_cell, "data_seed": o.data_seed, "base": o.base,
             "dtype": o.dtype, "max_length": o.max_length, "lr": o.lr, "history_weight": o.history_weight,
             "train_dtype": o.train_dtype, "paired": o.paired, "fresh_values": o.fresh_values, **kw}
@@ -165,71 +167,11 @@ def slug(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_")
 
 
-# -- the decomposition ---------------------------------------------------------------------------------------------
-def cell_means(rows: Sequence[Mapping[str, Any]], compactors: Sequence[str], actors: Sequence[str]) -> np.ndarray:
-    """``[len(compactors), len(actors)]`` mean violation per (compactor, actor); a missing cell is an error."""
-    sums = np.zeros((len(compactors), len(actors)))
-    counts = np.zeros_like(sums)
-    ci, ai = {c: i for i, c in enumerate(compactors)}, {a: j for j, a in enumerate(actors)}
-    for r in rows:
-        i, j = ci.get(r["compactor"]), ai.get(r["actor"])
-        if i is not None and j is not None:
-            sums[i, j] += bool(r["violation"])
-            counts[i, j] += 1
-    if (counts == 0).any():
-        i, j = map(int, np.argwhere(counts == 0)[0])
-        raise ValueError(f"cell ({compactors[i]!r}, {actors[j]!r}) has no rows")
-    return sums / counts
-
-
-def eta(x: np.ndarray | Sequence[Sequence[float]]) -> dict[str, float]:
-    """η²_S (rows = summarisers), η²_A (columns = actors), the CR-10 margin η²_S − 3·η²_A and the ratio
-    η²_S/η²_A (inf when η²_A = 0 < η²_S) of a cell-mean matrix; all NaN when every cell is equal."""
-    from agentmill.methods.constraint_rot.stats import variance_decomposition
-
-    vd = variance_decomposition(np.asarray(x, dtype=float))
-    s, a = vd.eta2_S, vd.eta2_A
-    ratio = float("nan") if s != s else (s / a if a > 0 else float("inf"))
-    return {"eta2_S": s, "eta2_A": a, "margin": s - 3.0 * a, "ratio": ratio}
-
-
-class _Decomposer:
-    """``eta(cell_means(rows))`` memoised on the last rows object, so the several statistics a bootstrap resample
-    asks for (η²_S, η²_A, margin) cost one pass over the rows."""
-
-    def __init__(self, compactors: Sequence[str], actors: Sequence[str]):
-        self.compactors, self.actors = list(compactors), list(actors)
-        self._rows: Any = None
-        self._val: dict[str, float] = {}
-
-    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-        if rows is not self._rows:
-            self._rows, self._val = rows, eta(cell_means(rows, self.compactors, self.actors))
-        return self._val
-
-    def stat(self, key: str) -> Any:
-        return lambda rows: self(rows)[key]
-
-
-def decomposition(rows: Sequence[Mapping[str, Any]], compactors: Sequence[str], actors: Sequence[str], *,
-                  B: int, seed: int = 0) -> dict[str, Estimate]:
-    """``eta2_s``, ``eta2_a``, ``eta_margin`` with two-stage cluster-bootstrap percentile CIs (one resample
-    evaluates all three; resamples where the matrix is constant are dropped and counted in ``method``)."""
-    from agentmill.methods.constraint_rot.stats import bootstrap_samples, percentile_estimate
-
-    d = _Decomposer(compactors, actors)
-    point = d(rows)
-    keys = (("eta2_s", "eta2_S"), ("eta2_a", "eta2_A"), ("eta_margin", "margin"))
-    boots = bootstrap_samples(rows, [d.stat(k) for _, k in keys], B=B, seed=seed)
-    n = len({r["family"] for r in rows})
-    return {name: percentile_estimate(point[k], boots[:, j], n=n) for j, (name, k) in enumerate(keys)}
-
-
 # -- measurement ---------------------------------------------------------------------------------------------------
-def organism_setup(s: Setup) -> organism.Setup:
+def organism_setup(s: Setup) -> profiles.Setup:
     """The organism experiment's setup carrying this setup's recipe fields (what ``obtain_adapter`` and
     ``plan_report`` read), so both experiments address the same adapter."""
-    return dataclasses.replace(organism.SETUPS["full"], n_train=s.n_train, n_per_cell=s.n_per_cell,
+    return dataclasses.replace(profiles.SETUPS["full"], n_train=s.n_train, n_per_cell=s.n_per_cell,
                                data_seed=s.data_seed, base=s.base, dtype=s.dtype, max_length=s.max_length,
                                lr=s.lr, history_weight=s.history_weight, train_dtype=s.train_dtype,
                                paired=s.paired, fresh_values=s.fresh_values, shared_cache=s.shared_cache,
@@ -260,7 +202,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.constraint_rot.generate import DEFAULT_LOCATIONS, generate_episodes
     from agentmill.methods.constraint_rot.loop import AgentLoop
     from agentmill.methods.constraint_rot.prereg import load_prereg
-    from agentmill.methods.constraint_rot.stats import wilson_estimate
+    from agentmill.methods.constraint_rot.stats import WILSON_Z
     from agentmill.methods.constraint_rot.summary_cache import SummaryCache
 
     for name in ("n_episodes", "n_train", "n_per_cell", "n_boot"):
@@ -272,15 +214,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["prereg"] = {"version": pr.version, "sha256": pr.sha256}
     counter = make_counter(s.counter)
     cat = load_catalogue()
-    load = organism.base_factory(s.base, ctx)
+    load = profiles.base_factory(s.base, ctx)
     org_setup = organism_setup(s)
     if s.plan_only:
-        return organism.plan_report(org_setup, ctx, cat, counter, load)
+        return profiles.plan_report(org_setup, ctx, cat, counter, load)
     out: dict[str, Estimate] = {}
 
     # 1. organism (shared adapter cache, validation read from its card)
     ctx.progress("E164 crossing: organism adapter", 0, None)
-    adapter, trained = organism.obtain_adapter(org_setup, ctx, cat, counter, load)
+    adapter, trained = profiles.obtain_adapter(org_setup, ctx, cat, counter, load)
     org_actor = OrganismActor(adapter, base=load, max_new_tokens=s.max_new_tokens, dtype=s.dtype)  # type: ignore
     v = _validation(s, adapter, org_actor, cat, counter, pr)
     validated = bool(v.get("validated"))
@@ -346,7 +288,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             here = [r for r in rows if r["compactor"] == cname and r["actor"] == a]
             V[cname][a] = None
             if here:
-                est = wilson_estimate(sum(bool(r["violation"]) for r in here), len(here))
+                est = proportion_estimate(sum(bool(r["violation"]) for r in here), len(here), z=WILSON_Z)
                 out[f"v_{slug(cname)}__{slug(a)}"] = est
                 V[cname][a] = [est.value, est.lo, est.hi]
     survival: dict[str, list[float] | None] = {}
@@ -354,7 +296,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         here = [r for r in rows if r["compactor"] == cname and r["actor"] == SEMANTIC]
         survival[cname] = None
         if here:
-            est = wilson_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here))
+            est = proportion_estimate(sum(r.get("survival_label") in SURVIVED for r in here), len(here), z=WILSON_Z)
             out[f"survival_{slug(cname)}"] = est
             survival[cname] = [est.value, est.lo, est.hi]
     invalid = {a: float(np.mean([bool(r.get("invalid_action")) for r in rows if r["actor"] == a])) for a in cols}
@@ -381,10 +323,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 # -- plot ----------------------------------------------------------------------------------------------------------
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cr = data.get("crossing")
     if not cr:
@@ -417,8 +356,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     fig.colorbar(im, ax=ax, fraction=0.04, label="V")
     fig.tight_layout()
     p = out / "e164_crossing_heatmap.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -430,7 +368,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    requires=frozenset({"hf", "peft"}),
+    requires=frozenset({"constraint-rot", "hf", "peft"}),
     scale_note="Crossing of 5 compactors (window, extractive, structured(rules), LLMSummary(SmolLM2-135M) "
                "goal_extract + handoff) × 3 rule-following actors (LoRA model organism, RuleReader semantic, "
                "RuleReader verbatim) on identical test_iid inputs (no early probe; one cached summary per "

@@ -58,9 +58,11 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot.mechanism import make_counter, office, prereg_claim
+from agentmill.core.stats import Estimate, proportion_estimate, two_stage_bootstrap
+from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, office, prereg_claim
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.methods.constraint_rot.survival import SURVIVED
 
 PAPER = "ConstraintRot (E164; spec constraint-rot.md) [S] LangGraph 65%, LangMem 95%, AutoGen 100%"
 SUMMARY = "Summary of the session so far: the user asked for routine office look-ups; each one was completed."
@@ -71,7 +73,6 @@ PINNED_ARMS = ("autogen/pinned", "langchain/pinned")
 ORGANISM_ARMS = ("organism/full", "organism/summarised", "organism/pinned")
 ORGANISM_METRICS = ("lc_org_pinned_card_share", "lc_org_pinned_minus_full")
 """The model arm's claim metrics (renamed ``*_observed`` when the organism is unvalidated or a stand-in)."""
-SURVIVED = ("preserved", "paraphrased")
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ def summariser_model(spec: str, ctx: RunContext, max_tokens: int) -> Iterator[An
 
 
 def _organism_setup(s: Setup) -> Any:
-    from agentmill.experiments.e164_constraint_rot.organism import SETUPS as ORGANISM_SETUPS
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import SETUPS as ORGANISM_SETUPS
 
     if s.organism_profile not in ORGANISM_SETUPS:
         raise ValueError(f"organism_profile must be one of {sorted(ORGANISM_SETUPS)} or None, "
@@ -345,15 +346,16 @@ def organism_arm(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     size, else it is run (and written into the card). A failed gate: the model arm is not run and
     ``ctx.data["precondition"]`` says "precondition not met" (every organism claim inconclusive), unless that
     profile allows unvalidated organisms (smoke), whose numbers are stamped ``*_observed``."""
-    from agentmill.experiments.e164_constraint_rot.mechanism import episodes as make_episodes
-    from agentmill.experiments.e164_constraint_rot.organism import PRECONDITION_NOT_MET, base_factory, obtain_adapter
+    from agentmill.experiments.e164_constraint_rot.office_bench import episodes as make_episodes
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory, obtain_adapter
     from agentmill.methods.constraint_rot.actors.organism import OrganismActor
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.generate import DEFAULT_LOCATIONS
+    from agentmill.methods.constraint_rot.metrics import PRECONDITION_NOT_MET
     from agentmill.methods.constraint_rot.organism.train import OrganismCard
     from agentmill.methods.constraint_rot.organism.validate import validate_organism
     from agentmill.methods.constraint_rot.prereg import load_prereg
-    from agentmill.methods.constraint_rot.stats import cluster_bootstrap, wilson_estimate
+    from agentmill.methods.constraint_rot.stats import CLUSTER, UNIT, WILSON_Z
 
     if s.org_max_model_calls < 1 or s.summary_max_tokens < 1 or s.n_boot < 1:
         raise ValueError(f"bad model-arm sizes: org_max_model_calls={s.org_max_model_calls}, "
@@ -396,15 +398,16 @@ def organism_arm(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out: dict[str, Estimate] = {}
     for arm, rs in rows.items():
         key = arm.replace("/", "_")
-        out[f"v_lc_{key}"] = wilson_estimate(sum(r["violation"] for r in rs), n)
+        out[f"v_lc_{key}"] = proportion_estimate(sum(r["violation"] for r in rs), n, z=WILSON_Z)
         out[f"survival_lc_{key}"] = Estimate.exact(_share([r["survived"] for r in rs]), n)
     out["lc_org_pinned_card_share"] = Estimate.exact(_share(cards), len(cards))
     tagged = [{**r, "arm": arm} for arm, rs in rows.items() for r in rs]
 
     def v_of(arm: str) -> Any:
         return lambda rs: float(np.mean([r["violation"] for r in rs if r["arm"] == arm]))
-    out["lc_org_pinned_minus_full"] = cluster_bootstrap(tagged, v_of("organism/pinned"),
-                                                        paired_with=v_of("organism/full"), B=s.n_boot, seed=0)
+    out["lc_org_pinned_minus_full"] = two_stage_bootstrap(tagged, v_of("organism/pinned"),
+                                                          paired_with=v_of("organism/full"), B=s.n_boot, seed=0,
+                                                          cluster=CLUSTER, unit=UNIT)
     summarised = [r for arm in ("organism/summarised", "organism/pinned") for r in rows[arm]]
     out["org_summarised_share"] = Estimate.exact(_share([r["after_summary"] > 0 for r in summarised]),
                                                  len(summarised))
@@ -443,10 +446,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from autogen_core.model_context import (BufferedChatCompletionContext, HeadAndTailChatCompletionContext,
                                             UnboundedChatCompletionContext)
 
-    from agentmill.experiments.e164_constraint_rot.mechanism import episodes as make_episodes
+    from agentmill.experiments.e164_constraint_rot.office_bench import episodes as make_episodes
     from agentmill.methods.constraint_rot.actors import RuleReader
-    from agentmill.methods.constraint_rot.frameworks import (episode_registry, episode_transcript,
-                                                             run_autogen_episode)
+    from agentmill.methods.constraint_rot.frameworks import episode_registry, episode_transcript, run_autogen_episode
     from agentmill.methods.constraint_rot.generate import DEFAULT_LOCATIONS
     from agentmill.methods.constraint_rot.pinning.integrations.autogen import PinnedChatCompletionContext
     from agentmill.methods.constraint_rot.prereg import load_prereg
@@ -525,10 +527,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 # -- plots ---------------------------------------------------------------------------------------------------------
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     table = {**(data.get("arm_table") or {}), **(data.get("organism_arm_table") or {})}
     if not table:
@@ -547,8 +546,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "e164_cr12_frameworks.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -559,6 +557,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"autogen", "constraint-rot", "langchain"}),
     plots=plots,
     scale_note="RuleReader(semantic) as the model in real AutoGen 0.7 (AssistantAgent) and LangChain 1.x "
                "(create_agent) code, office sandbox tools, test_iid episodes (quick 8, full 32, as the spec); the "

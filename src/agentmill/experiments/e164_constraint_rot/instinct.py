@@ -31,7 +31,7 @@ records the numbers as ``*_observed``, never judged).
 
 Profiles. ``smoke``: the organism tests' tiny random Llama as base and a scripted summariser, both resolved by the
 run context's ``lm_loader``; ``judged=False``. ``quick`` only plans (``plan_only``, through the organism
-experiment's :func:`~agentmill.experiments.e164_constraint_rot.organism.plan_report` with ``instincts=(False,
+experiment's :func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.plan_report` with ``instincts=(False,
 True)``): both organisms' SFT data built and checked, both adapter addresses, whether validated organisms are
 cached — no SmolLM2 weights loaded, nothing trained or decoded, so no CR-7 claim has a metric (inconclusive). The
 main job's quick suite must stay well under 30 min on 2 cores and one organism alone trains for ~40 min there.
@@ -56,13 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
-from agentmill.experiments.e164_constraint_rot.mechanism import PAPER, make_counter, office, prereg_claim
-from agentmill.experiments.e164_constraint_rot.organism import SETUPS as ORGANISM_SETUPS
-from agentmill.experiments.e164_constraint_rot.organism import _ci_flag, _paired, _rate, _wilson_of
+from agentmill.core.stats import Estimate, percentile_estimate, two_stage_bootstrap_samples
+from agentmill.experiments.e164_constraint_rot import PAPER
+from agentmill.experiments.e164_constraint_rot.office_bench import ci_flag_claim, make_counter, office, prereg_claim
+from agentmill.experiments.e164_constraint_rot.organism_profiles import SETUPS as ORGANISM_SETUPS
+from agentmill.experiments.e164_constraint_rot.violation_rates import paired_gap, rate_of, wilson_of
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.methods.constraint_rot.metrics import PRECONDITION_NOT_MET
 
-PRECONDITION_NOT_MET = "precondition not met"
 ORGANISMS = ("no_prior", "instinct")
 KINDS = ("soft", "hard")
 FULL, NEVER, COMPACTED = "full_context", "never_stated", "compacted"
@@ -150,7 +152,7 @@ def organism_setup(s: Setup) -> Any:
 
 
 CLAIMS = (
-    _ci_flag("CR-7a", "No-prior organism: the bootstrap CI of D_soft/D_hard includes 1 (1 = includes; the harness "
+    ci_flag_claim("CR-7a", "No-prior organism: the bootstrap CI of D_soft/D_hard includes 1 (1 = includes; the harness "
              "does not manufacture a soft/hard gap).", "ratio_ci_includes_1_no_prior",
              "prereg.yaml CR-7a (ci_includes 1)"),
     prereg_claim("CR-7b", "No-prior organism: |D_soft − D_hard| ≤ 10 pp (paired cluster-bootstrap CI inside).",
@@ -167,7 +169,7 @@ CLAIM_METRICS = tuple(c.metric for c in CLAIMS)
 def decay_stat(kind: str) -> Callable[[Sequence[Any]], float]:
     """``rows -> D_kind = V(compacted, kind) − V(full_context, kind)``, compacted rows pooled over compactors.
     Raises ValueError when either selection is empty (the bootstrap then drops the resample)."""
-    comp, full = _rate({"condition": COMPACTED, "kind": kind}), _rate({"condition": FULL, "kind": kind})
+    comp, full = rate_of({"condition": COMPACTED, "kind": kind}), rate_of({"condition": FULL, "kind": kind})
     return lambda rows: comp(rows) - full(rows)
 
 
@@ -176,18 +178,19 @@ def soft_hard(rows: Sequence[Mapping[str, Any]], *, B: int, ratio_undefined_abov
     """D_soft, D_hard, D_soft − D_hard (paired cluster bootstrap, seed 0) and the ratio D_soft/D_hard on the
     same resamples; ``ratio`` is None ("undefined") when D_hard ≤ 0 on the full sample or in more than
     ``ratio_undefined_above`` of the resamples (spec §2.11). ``share_nonpositive`` is that share."""
-    from agentmill.methods.constraint_rot.stats import bootstrap_samples, percentile_estimate
+    from agentmill.methods.constraint_rot.stats import CLUSTER, UNIT
 
     kinds = {r.get("kind") for r in rows}
     if not set(KINDS) <= kinds:
         raise ValueError(f"soft_hard needs rows of both kinds {KINDS}, got kinds {sorted(map(str, kinds))}")
     out: dict[str, Any] = {}
     for k in KINDS:
-        out[f"d_{k}"] = _paired(rows, _rate({"condition": COMPACTED, "kind": k}), _rate({"condition": FULL,
+        out[f"d_{k}"] = paired_gap(rows, rate_of({"condition": COMPACTED, "kind": k}), rate_of({"condition": FULL,
                                                                                           "kind": k}), B)
     ds, dh = decay_stat("soft"), decay_stat("hard")
-    out["diff"] = _paired(rows, ds, dh, B)
-    boots = bootstrap_samples(list(rows), [ds, dh], B=B, seed=0)  # the resamples _paired drew (same rows, seed)
+    out["diff"] = paired_gap(rows, ds, dh, B)
+    # the resamples paired_gap drew (same rows, seed)
+    boots = two_stage_bootstrap_samples(list(rows), [ds, dh], B=B, seed=0, cluster=CLUSTER, unit=UNIT)
     bs, bh = boots[:, 0], boots[:, 1]
     ok = bh > 0  # NaN (undefined on a resample) counts as not positive
     share = float(1.0 - ok.mean())
@@ -217,7 +220,7 @@ def per_compactor(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list
     """Audit table: per compactor and kind, V(compacted) with its Wilson CI (``[value, lo, hi]``)."""
     out: dict[str, dict[str, list[float] | None]] = {}
     for name in sorted({r["compactor"] for r in rows if r["condition"] == COMPACTED}):
-        out[name] = {k: _est(_wilson_of([r for r in rows if r["condition"] == COMPACTED
+        out[name] = {k: _est(wilson_of([r for r in rows if r["condition"] == COMPACTED
                                          and r["compactor"] == name and r["kind"] == k])) for k in KINDS}
     return out
 
@@ -229,7 +232,7 @@ def _est(e: Estimate | None) -> list[float] | None:
 # -- measurement ---------------------------------------------------------------------------------------------------
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.core.paths import cache_root
-    from agentmill.experiments.e164_constraint_rot.organism import base_factory, obtain_adapter, plan_report
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory, obtain_adapter, plan_report
     from agentmill.methods.constraint_rot import conditions as C
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.compactors import (ExtractiveSummary, LLMSummary, SlidingWindow,
@@ -327,14 +330,14 @@ def _organism_metrics(org: str, rows: list[dict[str, Any]], s: Setup, ctx: RunCo
     ctx.data[org]["summary_failed"] = {"n": len(failed),
                                        "by_compactor": dict(Counter(r["compactor"] for r in failed))}
     full = [r for r in rows if r["condition"] == FULL]
-    out[f"v_full_{org}"] = _wilson_of(full)  # type: ignore[assignment]
-    out[f"v_never_{org}"] = _wilson_of([r for r in rows if r["condition"] == NEVER])  # type: ignore[assignment]
-    rs = out[f"rs_{org}"] = _paired(rows, _rate({"condition": NEVER}), _rate({"condition": FULL}), s.n_boot)
-    pre = decay_precondition(rs, _wilson_of(full), rs_lower_min=pr.rs_ci_lower_min, v_full_max=pr.v_full_max)
+    out[f"v_full_{org}"] = wilson_of(full)  # type: ignore[assignment]
+    out[f"v_never_{org}"] = wilson_of([r for r in rows if r["condition"] == NEVER])  # type: ignore[assignment]
+    rs = out[f"rs_{org}"] = paired_gap(rows, rate_of({"condition": NEVER}), rate_of({"condition": FULL}), s.n_boot)
+    pre = decay_precondition(rs, wilson_of(full), rs_lower_min=pr.rs_ci_lower_min, v_full_max=pr.v_full_max)
     info = ctx.data[org]
     info["decay_precondition"] = {"met": pre.met, "reason": pre.reason}
-    info["rs_by_kind"] = {k: _est(_paired(rows, _rate({"condition": NEVER, "kind": k}),
-                                          _rate({"condition": FULL, "kind": k}), s.n_boot)) for k in KINDS}
+    info["rs_by_kind"] = {k: _est(paired_gap(rows, rate_of({"condition": NEVER, "kind": k}),
+                                          rate_of({"condition": FULL, "kind": k}), s.n_boot)) for k in KINDS}
     info["v_compacted"] = per_compactor(rows)
     if not pre.met:
         info["precondition"] = f"{PRECONDITION_NOT_MET}: {pre.reason}"
@@ -354,10 +357,7 @@ def _organism_metrics(org: str, rows: list[dict[str, Any]], s: Setup, ctx: RunCo
 
 # -- plot ----------------------------------------------------------------------------------------------------------
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shown = [o for o in ORGANISMS if isinstance((data.get(o) or {}).get("soft_hard"), dict)]
     if not shown:
@@ -384,8 +384,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = out / "e164_instinct_decay_by_kind.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -398,7 +397,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    requires=frozenset({"hf", "peft"}),
+    requires=frozenset({"constraint-rot", "hf", "peft"}),
     scale_note="Two LoRA organisms of SmolLM2-135M-Instruct (spec §2.10): the no-prior organism (shared with "
                "e164.constraint_rot_organism) and the instinct organism (half of the hard-family rule-absent SFT "
                "examples refuse). §5 pitfalls 1 and 3: organism numbers are instrument checks; the instinct gap is "

@@ -27,21 +27,23 @@ under contention, hence 20 (the spec's 200 do not fit). The SmolLM2 counter adds
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, two_stage_bootstrap
+from agentmill.experiments.e164_constraint_rot.office_bench import (compactors, episodes, make_counter, office,
+                                                                    prereg_claim)
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.methods.constraint_rot.survival import SURVIVED
 
 PAPER = "ConstraintRot (E164; spec constraint-rot.md) [R] plumbing checks"
 COMPACTOR_NAMES = ("window", "head_tail", "tool_clear", "extractive", "structured", "note_following")
-SURVIVED = ("preserved", "paraphrased")
 
 
 @dataclass(frozen=True)
@@ -69,70 +71,6 @@ SETUPS = {
     "quick": Setup(n_episodes=20, n_allowed=5, n_system=5),
     "full": Setup(n_boot=2000),
 }
-
-
-# -- shared with e164_constraint_rot_compression -------------------------------------------------------------------
-def make_counter(name: str) -> Any:
-    from agentmill.methods.constraint_rot.messages import SmolLM2Counter, WhitespaceCounter
-
-    if name == "whitespace":
-        return WhitespaceCounter()
-    if name == "smollm2":
-        return SmolLM2Counter()
-    raise ValueError(f"counter must be 'whitespace' or 'smollm2', got {name!r}")
-
-
-@contextlib.contextmanager
-def office() -> Iterator[Any]:
-    """One office sandbox for the whole run (its own root is in memory where possible: ``scratch_dir``)."""
-    from agentmill.envs.office import OfficeSandbox
-
-    with OfficeSandbox(0, smtp=False, http=False) as sb:
-        yield sb
-
-
-def episodes(sb: Any, counter: Any, n: int, seed: int, distractor_tokens: Sequence[int], *,
-             locations: Sequence[str] | None = None, allowed_share: float = 0.0, split: str = "test_iid",
-             attack: Any = None) -> list[Any]:
-    """``n`` replayed episodes of ``split`` over every location (default) with distractors in
-    ``distractor_tokens``; ``attack`` (an ``AttackSpec``) plants one attacker-controlled tool output in each."""
-    from agentmill.methods.constraint_rot.catalogue import load_catalogue
-    from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
-
-    lo, hi = (int(x) for x in distractor_tokens)
-    return generate_episodes(load_catalogue(), split=split, n=n, seed=seed, counter=counter,
-                             locations=tuple(locations or LOCATIONS), distractor_tokens=(lo, hi),
-                             allowed_share=allowed_share, attack=attack, sandbox=sb)
-
-
-def prereg_claim(criterion_id: str, statement: str, metric: str, *, paper_value: str = "—",
-                 claim_id: str | None = None) -> Claim:
-    """A protocol claim from a pre-registered criterion (``eq`` → point-judged ``in [t, t]``; ``le``/``ge`` →
-    ``<=``/``>=`` on the CI; ``abs_le`` → the difference's CI inside ``[-t, t]``). ``claim_id`` (default the
-    criterion id) tells apart one criterion applied to several arms."""
-    from agentmill.methods.constraint_rot.prereg import load_prereg
-
-    k = load_prereg().criterion(criterion_id)
-    src = f"prereg.yaml {criterion_id} ({k.metric})"
-    if k.threshold is None:
-        raise ValueError(f"{criterion_id}: direction {k.direction!r} has no threshold; build the claim by hand")
-    t, cid = float(k.threshold), claim_id or criterion_id
-    if k.direction == "eq":
-        return Claim(cid, statement, src, paper_value, metric, "in", t, upper=t, judge_on="point")
-    if k.direction in ("le", "ge"):
-        return Claim(cid, statement, src, paper_value, metric, "<=" if k.direction == "le" else ">=", t)
-    if k.direction == "abs_le":
-        return Claim(cid, statement, src, paper_value, metric, "in", -t, upper=t)
-    raise ValueError(f"{criterion_id}: direction {k.direction!r} is not mapped to a protocol claim")
-
-
-def compactors(counter: Any) -> dict[str, Any]:
-    from agentmill.methods.constraint_rot.compactors import (ExtractiveSummary, HeadAndTail, NoteFollowingSummary,
-                                                             SlidingWindow, StructuredSummary, ToolResultClearing)
-
-    return {"window": SlidingWindow(counter=counter), "head_tail": HeadAndTail(counter=counter),
-            "tool_clear": ToolResultClearing(counter=counter), "extractive": ExtractiveSummary(counter=counter),
-            "structured": StructuredSummary(counter=counter), "note_following": NoteFollowingSummary(counter=counter)}
 
 
 # -- claims --------------------------------------------------------------------------------------------------------
@@ -180,11 +118,10 @@ def _v(rows: Sequence[dict[str, Any]]) -> float:
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.constraint_rot import conditions as C
-    from agentmill.methods.constraint_rot.actors import (AlwaysComply, AlwaysRefuse, LatestInstructionWins,
-                                                         RuleReader)
+    from agentmill.methods.constraint_rot.actors import AlwaysComply, AlwaysRefuse, LatestInstructionWins, RuleReader
     from agentmill.methods.constraint_rot.loop import AgentLoop
     from agentmill.methods.constraint_rot.prereg import load_prereg
-    from agentmill.methods.constraint_rot.stats import cluster_bootstrap
+    from agentmill.methods.constraint_rot.stats import CLUSTER, UNIT
 
     if not 1 <= s.max_rounds <= 5:
         raise ValueError(f"max_rounds must be in 1..5, got {s.max_rounds}")
@@ -277,8 +214,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             surv.append(float(np.mean([r["survival_label"] in SURVIVED for r in rows])))
             paired = [{"family": a["family"], "episode_id": a["episode_id"], "v_c": float(b["violation"]),
                        "v_f": float(a["violation"])} for a, b in zip(sys_full, rows)]
-            d = cluster_bootstrap(paired, lambda rs: float(np.mean([r["v_c"] for r in rs])), B=s.n_boot, seed=0,
-                                  paired_with=lambda rs: float(np.mean([r["v_f"] for r in rs])))
+            d = two_stage_bootstrap(paired, lambda rs: float(np.mean([r["v_c"] for r in rs])), B=s.n_boot, seed=0,
+                                    paired_with=lambda rs: float(np.mean([r["v_f"] for r in rs])), cluster=CLUSTER,
+                                    unit=UNIT)
             includes.append(d.lo <= 0.0 <= d.hi)
             out[f"nc6_decay_{name}"] = d
             nc6[name] = {"survival": surv[-1], "D": d.value, "lo": d.lo, "hi": d.hi}
@@ -310,10 +248,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 # -- plots ---------------------------------------------------------------------------------------------------------
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths: list[Path] = []
     table = data.get("violation_table") or {}
@@ -335,8 +270,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=6, ncol=3)
         fig.tight_layout()
         p = out / "e164_cr1_violation_by_compactor.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
+        save(fig, p, dpi=110)
         paths.append(p)
     labels_by = data.get("survival_labels") or {}
     if labels_by:
@@ -355,8 +289,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=7, loc="upper right")
         fig.tight_layout()
         p = out / "e164_survival_labels.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
+        save(fig, p, dpi=110)
         paths.append(p)
     return paths
 
@@ -369,6 +302,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"constraint-rot"}),
     plots=plots,
     scale_note="Scripted actors only (RuleReader, AlwaysComply, AlwaysRefuse, LatestInstructionWins), non-LLM "
                "compactors, replayed distractors in the office sandbox, test_iid split; exact counts, no model. "

@@ -19,34 +19,24 @@ G-3c is judged on the total advantage A = A^ep + ω·Â, as the spec words it. O
 the progress steps of failed KeyDoor runs get A > 0, while the graph term Â alone is positive on 58 %: the GRPO
 episode term (≈ −1 on failures under mean/std) outweighs the graph credit (reported as ``*_infail_share_g2po_graph``).
 
-The module also holds the pieces experiment G-4 (``e165_g2po_no_repeat_collapse``) reuses: the KeyDoor env
-factory, the advantage table of the three estimators and the weighted-AUROC bootstrap.
+The KeyDoor env factory lives in ``keydoor_groups``; the advantage table of the three estimators and the
+weighted-AUROC bootstrap, which G-4 (``no_repeat_collapse``) and the LLM arm reuse, in ``advantage_scoring``.
 """
 
 from __future__ import annotations
 
-import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from agentmill.core.seeding import derive_seed, rng_for
-from agentmill.core.stats import Estimate, auroc
-from agentmill.core.types import LabelTable, StepTable
-from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
-from agentmill.envs.rollout import EpsilonOraclePolicy, RandomPolicy, collect_groups
-from agentmill.envs.wrappers import UniqueObsWrapper
+from agentmill.core.stats import Estimate
+from agentmill.envs.keydoor import KeyDoorConfig
+from agentmill.envs.rollout import RandomPolicy, collect_groups
 from agentmill.experiments.e165_g2po import PAPER
+from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS, score_arm
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_rollouts, keydoor_tasks
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.methods.g2po import g2po_advantages, gigpo_advantages, grpo_advantages
-from agentmill.methods.g2po.keys import ExactKey, FieldsKey, StateKeyFn
-
-ESTIMATORS = ("grpo", "gigpo", "g2po")
-KEY = FieldsKey(("description", "inventory"))
-"""The spec's default key for KeyDoor and TextWorld (§7 default setup)."""
 
 
 @dataclass(frozen=True)
@@ -108,173 +98,6 @@ CLAIMS = (
 )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# rollouts
-
-
-@dataclass(frozen=True)
-class KeyDoorFactory:
-    """``task -> env`` for ``collect_groups``: KeyDoor, optionally under ``UniqueObsWrapper(p, keep_initial)``."""
-
-    config: KeyDoorConfig
-    unique_p: float | None = None
-    keep_initial: bool = False
-
-    def __call__(self, layout: KeyDoorLayout) -> Any:
-        env = KeyDoorEnv(layout, self.config)
-        if self.unique_p is None:
-            return env
-        return UniqueObsWrapper(env, p=self.unique_p, keep_initial=self.keep_initial, seed=derive_seed("g4", 0))
-
-
-def keydoor_tasks(s: Any, config: KeyDoorConfig = KeyDoorConfig()) -> list[KeyDoorLayout]:
-    """``s.n_layouts`` calibrated layouts (random success in [0.05, 0.5], spec §6.2)."""
-    return layouts(s.n_layouts, seed=s.layout_seed, config=config)
-
-
-def keydoor_rollouts(tasks: list[KeyDoorLayout], groups: int, group_size: int, epsilon: float, seed: int,
-                     factory: KeyDoorFactory) -> tuple[StepTable, LabelTable]:
-    """``groups`` groups of ε-oracle rollouts, cycling through ``tasks``."""
-    batch = [tasks[k % len(tasks)] for k in range(groups)]
-    table, labels, _ = collect_groups(factory, EpsilonOraclePolicy(epsilon), batch, group_size, seed=seed)
-    return table, labels
-
-
-def estimator_advantages(table: StepTable, key_fn: StateKeyFn) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Advantages of GRPO, GiGPO and G2PO-style (each with its spec defaults) on one table, plus G2PO's graph term
-    (``"g2po_graph"``) and its graph diagnostics."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the low-merge-rate warning is expected in the no-repeat arms (G-4)
-        g2 = g2po_advantages(table, key_fn)
-        out = {"grpo": grpo_advantages(table).advantages, "gigpo": gigpo_advantages(table, key_fn).advantages,
-               "g2po": g2.advantages, "g2po_graph": g2.step}
-    return out, dict(g2.diagnostics)
-
-
-def shuffled_key_table(table: StepTable, key_fn: StateKeyFn, rng: np.random.Generator) -> StepTable:
-    """The shuffled-keys control: each row's observation becomes the key of a random other row of its group
-    (a permutation within the group, so every node keeps its visit count); final observations keep their own
-    key. Score it with ``ExactKey(normalize_ws=False)``."""
-    keys = np.array([repr(key_fn(o, i)) for o, i in zip(table.obs, table.info)], dtype=object)
-    order = np.argsort(table.group_index, kind="stable")  # rows of each group together, in row order
-    bounds = np.flatnonzero(np.diff(table.group_index[order])) + 1
-    new = keys.copy()
-    for rows in np.split(order, bounds):
-        new[rows] = keys[rows[rng.permutation(rows.size)]]
-    last = table.is_last
-    nxt = np.empty(len(table), dtype=object)
-    nxt[:-1] = new[1:]
-    for r in np.flatnonzero(last):
-        nxt[r] = repr(key_fn(table.next_obs[r], table.next_info[r]))
-    n = len(table)
-    return StepTable(group_id=table.group_id, traj_id=table.traj_id, t=table.t, obs=list(new), next_obs=list(nxt),
-                     action=table.action, reward=table.reward, end=table.end, success=table.success,
-                     info=[{} for _ in range(n)], next_info=[{} for _ in range(n)], candidates=table.candidates)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# paired cluster bootstrap of AUROCs
-
-
-def cluster_weights(clusters: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap multiplicities: ``(codes (S,), W (n_boot, n_clusters))``; resample b gives row r the weight
-    ``W[b, codes[r]]`` (how often its cluster was drawn)."""
-    _, codes = np.unique(clusters, return_inverse=True)
-    codes = codes.reshape(-1)
-    k = int(codes.max()) + 1
-    rng = np.random.default_rng(seed)
-    W = np.stack([np.bincount(rng.integers(0, k, size=k), minlength=k) for _ in range(n_boot)]).astype(np.float64)
-    return codes, W
-
-
-def weighted_auroc(score: np.ndarray, pos: np.ndarray, w: np.ndarray, inv: np.ndarray | None = None) -> float:
-    """AUROC (ties 1/2) with row weights: the Mann-Whitney statistic of the weighted sample. Equals ``auroc`` when
-    all weights are 1; a resample of whole clusters is the weight vector of cluster multiplicities. ``inv`` (the
-    rank of each score among the distinct scores, ``np.unique(score, return_inverse=True)[1]``) may be passed to
-    skip the sort when the same scores are reweighted many times."""
-    if inv is None:
-        inv = np.unique(score, return_inverse=True)[1]
-    inv = inv.reshape(-1)
-    w1 = np.bincount(inv, weights=w * pos)
-    w0 = np.bincount(inv, weights=w * (~pos))
-    below = np.cumsum(w0) - w0
-    n1, n0 = w1.sum(), w0.sum()
-    if n1 == 0 or n0 == 0:
-        return math.nan
-    return float((w1 * (below + 0.5 * w0)).sum() / (n1 * n0))
-
-
-def _pct(boots: np.ndarray, value: float) -> Estimate:
-    b = boots[np.isfinite(boots)]
-    if not math.isfinite(value) or b.size == 0:
-        return Estimate(value, math.nan, math.nan, n=b.size, method="cluster_bootstrap")
-    lo, hi = np.quantile(b, [0.025, 0.975])
-    return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=b.size,
-                    method="cluster_bootstrap(groups)")
-
-
-def auroc_table(scores: dict[str, np.ndarray], pos: np.ndarray, codes: np.ndarray, W: np.ndarray
-                ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """Point AUROC and bootstrap AUROCs (n_boot,) of each score, all on the same resamples (paired)."""
-    point = {k: auroc(v, pos) for k, v in scores.items()}
-    boots = {}
-    for k, v in scores.items():
-        inv = np.unique(v, return_inverse=True)[1]
-        boots[k] = np.array([weighted_auroc(v, pos, Wb[codes], inv) for Wb in W])
-    return point, boots
-
-
-def summarise(prefix: str, point: dict[str, float], boots: dict[str, np.ndarray], out: dict[str, Estimate]) -> None:
-    """``<prefix>_auroc_<est>`` and the paired gains ``<prefix>_gain_g2po_<base>`` into ``out``."""
-    for k in point:
-        out[f"{prefix}_auroc_{k}"] = _pct(boots[k], point[k])
-    for base in ("grpo", "gigpo"):
-        if "g2po" in point and base in point:
-            out[f"{prefix}_gain_g2po_{base}"] = _pct(boots["g2po"] - boots[base], point["g2po"] - point[base])
-
-
-def _arm(table: StepTable, labels: LabelTable, key_fn: StateKeyFn, n_boot: int, seed: int, prefix: str,
-         out: dict[str, Estimate], ctx: RunContext, *, controls: bool = False) -> None:
-    known = labels.progress >= 0
-    adv, diag = estimator_advantages(table, key_fn)
-    rows = np.flatnonzero(known)
-    pos = labels.progress[rows] == 1
-    codes, W = cluster_weights(table.group_id[rows], n_boot, seed)
-    scores = {k: adv[k][rows] for k in ESTIMATORS}
-    point, boots = auroc_table(scores, pos, codes, W)
-    summarise(prefix, point, boots, out)
-    # P5: share of progress steps inside failed runs whose advantage is > 0 (total A, and the graph term alone)
-    infail = (~table.success[rows]) & pos
-    for name, col in (("g2po", adv["g2po"]), ("g2po_graph", adv["g2po_graph"]), ("grpo", adv["grpo"]),
-                      ("gigpo", adv["gigpo"])):
-        hit = (col[rows] > 0) & infail
-        if infail.sum():
-            b = np.array([(Wb[codes] * hit).sum() / max((Wb[codes] * infail).sum(), 1e-300) for Wb in W])
-            out[f"{prefix}_infail_share_{name}"] = _pct(b, float(hit.sum() / infail.sum()))
-    out[f"{prefix}_n_rows"] = Estimate.exact(rows.size)
-    out[f"{prefix}_progress_rate"] = Estimate.exact(float(pos.mean()))
-    out[f"{prefix}_infail_progress_steps"] = Estimate.exact(float(infail.sum()))
-    out[f"{prefix}_success_rate"] = Estimate.exact(float(table.success[table.traj_starts].mean()))
-    for d in ("merge_rate", "shared_visit_fraction"):
-        out[f"{prefix}_{d}"] = Estimate.exact(diag[d])
-    ctx.data[prefix] = {"auroc": point, "ci": {k: [out[f"{prefix}_auroc_{k}"].lo, out[f"{prefix}_auroc_{k}"].hi]
-                                               for k in point}, "diagnostics": diag}
-    if not controls:
-        return
-    # shuffled keys: G2PO and GiGPO on the permuted-key table, GRPO unchanged (it never reads keys)
-    sh = shuffled_key_table(table, key_fn, rng_for(seed, "shuffle-keys"))
-    sh_adv, sh_diag = estimator_advantages(sh, ExactKey(normalize_ws=False))
-    sp, sb = auroc_table({k: sh_adv[k][rows] for k in ESTIMATORS}, pos, codes, W)
-    summarise(f"{prefix}_shuffled", sp, sb, out)
-    out[f"{prefix}_shuffled_merge_rate"] = Estimate.exact(sh_diag["merge_rate"])
-    # permuted labels: the progress labels of the known rows in random order
-    perm = rng_for(seed, "perm-labels").permutation(pos)
-    pp, pb = auroc_table(scores, perm, codes, W)
-    for k in ESTIMATORS:
-        out[f"{prefix}_perm_auroc_{k}"] = _pct(pb[k], pp[k])
-    ctx.data[f"{prefix}_controls"] = {"shuffled": sp, "permuted": pp}
-
-
 def _textworld_arm(s: Setup, ctx: RunContext, out: dict[str, Estimate]) -> None:
     from agentmill.envs.textworld_env import GamePool, make_games
 
@@ -285,7 +108,7 @@ def _textworld_arm(s: Setup, ctx: RunContext, out: dict[str, Estimate]) -> None:
     table, labels, _ = collect_groups(pool, RandomPolicy(), pool.tasks, s.tw_rollouts, s.tw_steps,
                                       seed=s.seed)
     out["tw_unknown_label_rows"] = Estimate.exact(float((labels.progress < 0).sum()))
-    _arm(table, labels, KEY, s.n_boot, s.seed, "tw", out, ctx)
+    score_arm(table, labels, KEY, s.n_boot, s.seed, "tw", out, ctx)
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -293,12 +116,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     tasks = keydoor_tasks(s)
     ctx.progress("G-3 KeyDoor rollouts", 0, 3)
     table, labels = keydoor_rollouts(tasks, s.groups, s.group_size, s.epsilon, s.seed, KeyDoorFactory(KeyDoorConfig()))
-    _arm(table, labels, KEY, s.n_boot, s.seed, "kd", out, ctx, controls=True)
+    score_arm(table, labels, KEY, s.n_boot, s.seed, "kd", out, ctx, controls=True)
     ctx.progress("G-3 KeyDoor slip arm", 1, 3)
     slip_cfg = KeyDoorConfig(slip=s.slip_arm)
     slip_tasks = keydoor_tasks(s, slip_cfg)
     st, sl = keydoor_rollouts(slip_tasks, s.slip_groups, s.group_size, s.epsilon, s.seed, KeyDoorFactory(slip_cfg))
-    _arm(st, sl, KEY, s.n_boot, s.seed, "slip", out, ctx)
+    score_arm(st, sl, KEY, s.n_boot, s.seed, "slip", out, ctx)
     if s.tw_games > 0:
         _textworld_arm(s, ctx, out)
     ctx.progress("G-3 done", 3, 3)
@@ -306,10 +129,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     arms = [(a, lbl) for a, lbl in (("kd", "KeyDoor slip 0"), ("slip", "KeyDoor slip 0.2"), ("tw", "TextWorld"))
             if a in data]
@@ -337,8 +157,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "g3_advantage_auroc.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 
@@ -350,6 +169,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"textworld"}),
     plots=plots,
     scale_note="G2PO-style (reconstructed) [R]: no public code. KeyDoor (16 calibrated 6-room layouts, trap on, "
                "max 30 steps), ε-oracle behaviour rollouts (ε = 0.85, chosen for ~50 % success), N = 8, γ = 0.95, "

@@ -37,7 +37,6 @@ import functools
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,12 +45,12 @@ from agentmill.core.stats import Estimate, mean_estimate, tost
 from agentmill.envs.keydoor import KeyDoorConfig
 from agentmill.envs.policies import SoftmaxTablePolicy
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import KEY, KeyDoorFactory, keydoor_tasks
+from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_tasks
+from agentmill.experiments.e165_g2po.learning_curves import plot_learning_curves
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po.keys import UNIQUE_OBS_PATTERN, FieldsKey, ScrubbedKey
 from agentmill.methods.g2po.train import TrainLog, train_compare
-
-ESTIMATORS = ("grpo", "gigpo", "g2po")
 
 
 @dataclass(frozen=True)
@@ -202,49 +201,6 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
-def _curves(data: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """label -> the arms (one per seed) of that method."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    names = {"main": "{e}", "unique": "{e} under UniqueObs", "constkey": "{e} constant key"}
-    for part, log in data["logs"].items():
-        for a in log["arms"]:
-            label = names[part].format(e="G2PO-style" if a["estimator"] == "g2po" else
-                                       {"grpo": "GRPO", "gigpo": "GiGPO"}[a["estimator"]])
-            out.setdefault(label, []).append(a)
-    return out
-
-
-def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from scipy.stats import t as student_t
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for label, arms in _curves(data).items():
-        y = np.array([a["success"] for a in arms])
-        n = y.shape[0]
-        m = y.mean(0)
-        half = (student_t.ppf(0.975, n - 1) * y.std(0, ddof=1) / math.sqrt(n)) if n >= 2 else np.zeros_like(m)
-        for ax, xkey in zip(axes, ("eval_episodes", "eval_env_steps")):
-            x = np.array([a[xkey] for a in arms]).mean(0)
-            line, = ax.plot(x, m, label=label, ls="--" if "UniqueObs" in label or "constant" in label else "-")
-            ax.fill_between(x, np.clip(m - half, 0, 1), np.clip(m + half, 0, 1), alpha=0.15,
-                            color=line.get_color())
-    axes[0].set_xlabel("training episodes")
-    axes[1].set_xlabel("training env steps (mean over seeds)")
-    axes[0].set_ylabel("sampled-policy success")
-    axes[0].set_title(data.get("title", "KeyDoor learning curves (95 % CI over seeds)"))
-    axes[1].set_title("the same against env steps")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    path = out / data.get("plot_name", "g5_learning_curves.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
-
-
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_keydoor",
     parallel_safe=True,
@@ -253,7 +209,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    plots=plots,
+    plots=plot_learning_curves,
     scale_note="G2PO-style (reconstructed) [R]. A tabular softmax policy over admissible commands (no LM) on 16 "
                "calibrated KeyDoor layouts (6 rooms, 2 locks, trap, 30 steps), 4 groups × 8 rollouts per "
                "iteration, 150 iterations, 10 seeds, lr per arm from {0.1, 0.3, 1} on dev seeds. The paper trains "

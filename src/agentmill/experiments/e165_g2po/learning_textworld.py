@@ -15,15 +15,15 @@ would quadruple the cost; the G-5 record shows which rates KeyDoor's grid picked
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from agentmill.core.stats import Estimate, mean_estimate
 from agentmill.envs.policies import SoftmaxTablePolicy
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import KEY
-from agentmill.experiments.e165_g2po.learning_keydoor import ESTIMATORS, plots as _learning_plots
+from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY
+from agentmill.experiments.e165_g2po.learning_curves import plot_learning_curves
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po.train import train_compare
 
@@ -102,9 +102,6 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
-def plots(data: dict[str, Any], out: Any) -> list:
-    return _learning_plots(data, out)
-
 
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_textworld",
@@ -114,7 +111,8 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    plots=plots,
+    requires=frozenset({"textworld"}),
+    plots=plot_learning_curves,
     scale_note="G2PO-style (reconstructed) [R]. Tabular softmax policy keyed by (game, description, inventory), 6 "
                "calibrated tw-make custom games (3 rooms, 6 objects, quest length 3), N = 8, 40 steps, 25 "
                "iterations × 4 groups, 5 seeds, one lr (1.0) for all arms. The paper trains a 1.5B LM on ALFWorld.",

@@ -40,11 +40,11 @@ from agentmill.core.stats import Estimate
 from agentmill.envs.keydoor import KeyDoorConfig, layouts
 from agentmill.envs.rollout import collect_groups
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import ESTIMATORS, KEY, KeyDoorFactory
-from agentmill.experiments.e165_g2po.advantage_quality import _arm as score_arm  # G-3's scoring, reused as is
+from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS, score_arm
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.methods.g2po import g2po_advantages
-
 
 
 def lm_world(n_rooms: int, n_distractors: int, max_steps: int) -> KeyDoorConfig:
@@ -166,10 +166,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
     """AUROC per estimator with 95 % CIs, one bar group per arm (the LM arm and the UniqueObs arm)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     arms = [(a, lbl) for a, lbl in (("lm", "LM rollouts"), ("uniq", "LM rollouts, UniqueObs")) if a in data]
     if not arms:
@@ -194,8 +191,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "g8_llm_advantage_auroc.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

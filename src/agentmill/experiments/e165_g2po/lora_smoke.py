@@ -27,7 +27,9 @@ from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.envs.keydoor import TINY_WORLD, KeyDoorEnv, layouts
 from agentmill.envs.rollout import collect_groups
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import ESTIMATORS, KEY
+from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.lm.candidate_pair import build_pair
 from agentmill.methods.g2po.train import train_compare
@@ -123,10 +125,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     arms = [e for e in ESTIMATORS if e in data]
     if not arms:
@@ -140,8 +139,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title(f"G-10 LoRA smoke ({data.get('model', '?')}), no verdict", fontsize=9)
     fig.tight_layout()
     path = out / "g10_lora_heldout.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, auroc
+from agentmill.core.stats import Estimate, auroc, spearman
 from agentmill.envs.keydoor import KeyDoorConfig
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import (KEY, KeyDoorFactory, cluster_weights,
-                                                               estimator_advantages, keydoor_rollouts, keydoor_tasks,
-                                                               weighted_auroc)
+from agentmill.experiments.e165_g2po.advantage_scoring import cluster_weights, estimator_advantages, weighted_auroc
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_rollouts, keydoor_tasks
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po.keys import UNIQUE_OBS_PATTERN, ScrubbedKey
 
@@ -74,14 +74,6 @@ CLAIMS = (
     Claim("G-4d", "Positive control: ScrubbedKey(UNIQUE_OBS_PATTERN) at p = 1 restores the p = 0 gain to within 0.02 "
           "(|difference|, whole 95 % CI).", "spec §7 G-4", "—", "scrubbed_gain_abs_diff", "<=", 0.02),
 )
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    if np.all(x == x[0]) or np.all(y == y[0]):
-        return math.nan
-    return float(spearmanr(x, y).statistic)
 
 
 def _est(boots: np.ndarray, value: float) -> Estimate:
@@ -151,8 +143,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         out[f"merge_rate_{name}"] = Estimate.exact(merge[name])
     sweep = [f"p={p:g}" for p in s.ps]
     one_minus_p = 1.0 - np.array(s.ps)
-    rho = _spearman(one_minus_p, np.array([gains[n] for n in sweep]))
-    rho_boot = np.array([_spearman(one_minus_p, np.array([gain_boot[n][b] for n in sweep]))
+    rho = spearman(one_minus_p, np.array([gains[n] for n in sweep]))
+    rho_boot = np.array([spearman(one_minus_p, np.array([gain_boot[n][b] for n in sweep]))
                          for b in range(W.shape[0])])
     out["spearman_gain_vs_repeat"] = _est(rho_boot, rho)
     p0, p1 = f"p={s.ps[0]:g}", "scrubbed"
@@ -165,10 +157,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sw = data["sweep"]
     p = np.array(sw["p"])
@@ -191,8 +180,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
     fig.tight_layout()
     path = out / "g4_no_repeat_collapse.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -32,7 +32,8 @@ from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv
 from agentmill.envs.policies import SoftmaxTablePolicy
 from agentmill.envs.rollout import collect_groups
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import KEY, KeyDoorFactory, keydoor_tasks
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_tasks
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po import g2po_advantages, gigpo_advantages
 from agentmill.methods.g2po.bench import time_estimators
@@ -244,10 +245,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     p = data["perf2"]
@@ -268,8 +266,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax2.legend(fontsize=7)
     fig.tight_layout()
     path = out / "g9_overhead.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

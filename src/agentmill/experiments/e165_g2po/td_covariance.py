@@ -27,8 +27,8 @@ from agentmill.core.stats import Estimate
 from agentmill.envs.keydoor import layouts
 from agentmill.envs.rollout import EpsilonOraclePolicy, collect_groups
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import KEY, KeyDoorFactory
-from agentmill.experiments.e165_g2po.value_variance import OBSERVABLE
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, OBSERVABLE, KeyDoorFactory
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po import build_state_graph
 from agentmill.methods.g2po.graph import Terminal
@@ -160,10 +160,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     g = data["g2"]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -175,8 +172,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("G-2: recurring edges (pass = right of 0 and below 1)")
     fig.tight_layout()
     path = out / "g2_td_covariance.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

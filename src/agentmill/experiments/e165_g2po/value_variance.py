@@ -21,15 +21,13 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, paired_rate_ratio
 from agentmill.core.tabular_mdp import policy_evaluation
-from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
+from agentmill.envs.keydoor import KeyDoorEnv, KeyDoorLayout, layouts
 from agentmill.envs.rollout import EpsilonOraclePolicy, collect_groups
 from agentmill.experiments.e165_g2po import PAPER
-from agentmill.experiments.e165_g2po.advantage_quality import KEY, KeyDoorFactory
+from agentmill.experiments.e165_g2po.keydoor_groups import KEY, OBSERVABLE, KeyDoorFactory
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.g2po import build_state_graph
-
-OBSERVABLE = KeyDoorConfig(trap=False, droppable=False, slip=0.0, max_steps=200)
-"""Spec §7 G-1: trap off, no droppable items, slip 0, max_steps 200."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +137,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     g = data["g1"]["per_node"]
     n = np.array(g["n"])
@@ -157,8 +152,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "g1_value_error.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, bootstrap_ci
+from agentmill.core.stats import Estimate, bootstrap_ci, spearman
 from agentmill.core.tabular_mdp import random_mdp
 from agentmill.experiments.e173_progress_advantage import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.progress_advantage.exactness import (MDP_KINDS, exactness_check, kl_pg_identity_curve,
                                                             scorer_exactness)
-
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,6 @@ CLAIMS = (
 )
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    if np.unique(y).size < 2:
-        return math.nan
-    return float(spearmanr(x, y).statistic)
-
-
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     t0 = time.perf_counter()
     ctx.progress("P-1 a/b", 0, 3)
@@ -112,7 +104,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                          record=s.kl_pg_steps)
             Ks = np.array([c["K"] for c in curve], float)
             errs = np.array([c["err"] for c in curve])
-            rho = _spearman(Ks, errs)
+            rho = spearman(Ks, errs)
             rhos.append(rho)
             curves.append({"mdp": i, "kind": kind, "beta": beta, "K": Ks.tolist(), "err": errs.tolist(),
                            "J": [c["J"] for c in curve], "spearman": rho})
@@ -150,10 +142,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     p = data["p1"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -182,8 +171,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / "p1_exactness.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -4,7 +4,7 @@ A policy's own log-prob rewards what is *fluent* under its pre-training, not wha
 moves are rare under π_ref (here ≈ 2 % of the reference mass, the spec's p ≈ 0.02) and training is short, log π_K
 still ranks fluent no-ops above progress; the progress score β·log(π_K/π_ref) divides the prior out.
 
-Setup: the P-4 world and machinery (``e173_progress_keydoor_grader``): KeyDoor with trap, exact model; π_ref puts
+Setup: the P-4 world and machinery (``fluency_keydoor``): KeyDoor with trap, exact model; π_ref puts
 logit c on no-ops and distractor actions, with c chosen per layout by bisection so that the mean reference mass on
 the first moves of shortest plans is 0.02 (a construction of the reference from the oracle plan, not from
 outcomes); π_K after K ∈ {0, 10, 25, 50} exact-gradient KL-PG steps (β = 0.1, the P-4 step size); rollouts of π_K;
@@ -25,8 +25,9 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, auroc, cluster_bootstrap
 from agentmill.envs.keydoor import layouts
-from agentmill.experiments.e173_progress_advantage import keydoor_grader as p4
 from agentmill.experiments.e173_progress_advantage import PAPER
+from agentmill.experiments.e173_progress_advantage import fluency_keydoor as fk
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.methods.progress_advantage.train import kl_pg_exact
 
@@ -75,8 +76,8 @@ CLAIMS = (
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     t0 = time.perf_counter()
-    g = p4.Setup(beta=s.beta, gamma=s.gamma, target_ref_p=s.target_ref_p, mc_k=1)
-    tasks = [p4.build_task(lay, g) for lay in layouts(s.n_layouts, seed=s.layout_seed, config=p4.TRAP_WORLD)]
+    g = fk.GraderParams(beta=s.beta, gamma=s.gamma, target_ref_p=s.target_ref_p, mc_k=1)
+    tasks = [fk.build_task(lay, g) for lay in layouts(s.n_layouts, seed=s.layout_seed, config=fk.TRAP_WORLD)]
     Ks = tuple(sorted(set(s.Ks) | {s.verdict_K}))
     pols = []
     for i, task in enumerate(tasks):
@@ -94,9 +95,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         pa, lp, lab, traj, succ = [], [], [], [], []
         off = 0
         for task, pol in zip(tasks, pols):
-            sim = p4.Sim(task.mdp, pol[K])
-            ep = p4.rollouts(task, sim, s.rollouts_per_layout, p4.TRAP_WORLD.max_steps, rng)
-            sc, labels, _ = p4.grade_steps(task, pol[K], ep, sim, g, rng)
+            sim = fk.Sim(task.mdp, pol[K])
+            ep = fk.rollouts(task, sim, s.rollouts_per_layout, fk.TRAP_WORLD.max_steps, rng)
+            sc, labels, _ = fk.grade_steps(task, pol[K], ep, sim, g, rng)
             pa.append(sc["progress"])
             lp.append(sc["logprob"])
             lab.append(labels)
@@ -124,7 +125,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             out["auroc_gap_progress_logprob"] = gap
     out["mean_fluency_logit"] = Estimate.exact(float(np.mean([t.fluency_logit for t in tasks])))
     out["mean_ref_plan_mass"] = Estimate.exact(float(np.mean([
-        p4._ref_plan_mass(t.mdp.valid, t.fluent, t.plan, t.fluency_logit) for t in tasks])))
+        fk.ref_plan_mass(t.mdp.valid, t.fluent, t.plan, t.fluency_logit) for t in tasks])))
     ctx.data["p5"] = curve
     ctx.data["seconds"] = time.perf_counter() - t0
     if not s.judged:
@@ -133,10 +134,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     c = data["p5"]
     Ks = np.array(c["K"], float)
@@ -154,8 +152,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "p5_fluency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -29,7 +29,6 @@ everywhere and the ranking would be noise); their numbers are recorded as ``*_ob
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, cluster_bootstrap
+from agentmill.core.stats import Estimate, cluster_bootstrap, spearman
 from agentmill.core.tabular_mdp import soft_value_iteration
 from agentmill.envs.keydoor import TINY_WORLD, KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
-from agentmill.lm.candidate_pair import build_pair
+from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -118,15 +119,9 @@ def _loglik_table(policy: Any, states: list, actions: tuple[str, ...], mdp: Any)
     return out
 
 
-def _spearman(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> Estimate:
-    from scipy.stats import spearmanr
-
-    def stat(rows: np.ndarray) -> float:
-        if np.ptp(x[rows]) == 0 or np.ptp(y[rows]) == 0:
-            return math.nan
-        return float(spearmanr(x[rows], y[rows]).statistic)
-
-    return cluster_bootstrap(stat, clusters, n_boot=n_boot, seed=seed)
+def _spearman_ci(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> Estimate:
+    """Spearman(x, y) with a cluster-bootstrap CI; constant resamples are undefined, dropped and counted."""
+    return cluster_bootstrap(lambda rows: spearman(x[rows], y[rows]), clusters, n_boot=n_boot, seed=seed)
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -176,7 +171,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         out: dict[str, Estimate] = {}
         for name, key in (("candidates", "ratio"), ("free_text", "free"), ("policy_logprob", "logpi"),
                           ("reference_logprob", "logref"), ("wrong_reference", "wrong")):
-            out[f"spearman_{name}"] = _spearman(c[key], c["A"], c["cluster"], s.n_boot, s.seed)
+            out[f"spearman_{name}"] = _spearman_ci(c[key], c["A"], c["cluster"], s.n_boot, s.seed)
         out["max_abs_error_candidates"] = Estimate.exact(float(np.abs(c["ratio"] - c["A"]).max()))
         out["final_mean_kl"] = Estimate.exact(float(np.mean([p["mean_kl"][-1] for p in per_layout])))
         out["initial_mean_kl"] = Estimate.exact(float(np.mean([p["mean_kl"][0] for p in per_layout])))
@@ -194,10 +189,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     pts = data.get("points")
     if not pts:
@@ -213,8 +205,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "p6a_pair_vs_astar.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

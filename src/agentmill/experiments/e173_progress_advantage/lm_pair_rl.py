@@ -38,6 +38,7 @@ from agentmill.core.types import DEAD_END_DISTANCE
 from agentmill.envs.keydoor import TINY_WORLD, KeyDoorEnv, layouts
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
 
@@ -246,10 +247,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tr = data.get("train")
     if not tr:
@@ -266,8 +264,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     fig.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     path = out / "p6b_training.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, spearman
 from agentmill.core.tabular_mdp import random_mdp
 from agentmill.experiments.e173_progress_advantage import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.progress_advantage.exactness import reward_recovery_rms
 
@@ -79,14 +80,6 @@ def _entropy(P: np.ndarray, mask: np.ndarray) -> float:
     return float(h.mean())
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    if np.unique(x).size < 2 or np.unique(y).size < 2:
-        return math.nan
-    return float(spearmanr(x, y).statistic)
-
-
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     det_rms = []
     for i in range(s.mdps_per_alpha):
@@ -100,12 +93,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             mdp, ref = random_mdp(s.n_states, s.n_actions, gamma=s.gamma, alpha=alpha, seed=s.seed + 1000 * j + i)
             rms[j, i] = reward_recovery_rms(mdp, ref, s.beta, n_samples=s.n_samples, seed=i)
             ent[j, i] = _entropy(mdp.P, mdp.live_valid)
-    rho = _spearman(ent.mean(1), rms.mean(1))
+    rho = spearman(ent.mean(1), rms.mean(1))
     rng = np.random.default_rng(s.seed)
     boots = []
     for _ in range(s.n_boot):
         pick = rng.integers(0, s.mdps_per_alpha, size=rms.shape)
-        b = _spearman(np.take_along_axis(ent, pick, 1).mean(1), np.take_along_axis(rms, pick, 1).mean(1))
+        b = spearman(np.take_along_axis(ent, pick, 1).mean(1), np.take_along_axis(rms, pick, 1).mean(1))
         if not math.isnan(b):
             boots.append(b)
     lo, hi = (np.quantile(boots, [0.025, 0.975]) if boots else (math.nan, math.nan))
@@ -121,10 +114,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     p = data["p2"]
     ent, rms = np.array(p["entropy"]), np.array(p["rms"])
@@ -141,8 +131,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = out / "p2_reward_vs_advantage.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

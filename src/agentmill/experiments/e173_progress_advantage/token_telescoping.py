@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, bootstrap_ci
+from agentmill.core.stats import Estimate, bootstrap_ci, spearman
 from agentmill.experiments.e173_progress_advantage import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.progress_advantage.exactness import token_telescoping_errors
 
@@ -60,12 +61,6 @@ CLAIMS = (
 )
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(x, y).statistic)
-
-
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     per = {how: {"err": [], "rho": []} for how in AGGS}
     for i in range(s.n_instances):
@@ -77,7 +72,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         for how in AGGS:
             x = out["aggregates"][how]
             per[how]["err"].append(float(np.max(np.abs(x - A))))
-            per[how]["rho"].append(_spearman(x, A))
+            per[how]["rho"].append(spearman(x, A))
     metrics = {"max_err_sum": Estimate.exact(max(per["sum"]["err"]), n=s.n_instances)}
     for how in AGGS[1:]:
         metrics[f"max_err_{how}"] = Estimate.exact(max(per[how]["err"]), n=s.n_instances)
@@ -89,10 +84,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     per = data["p3"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
@@ -106,8 +98,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     axes[1].set_title("rank agreement of the heuristics")
     fig.tight_layout()
     path = out / "p3_token_telescoping.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return [path]
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 CHECKS = ("rows_exact", "metric_equal", "code_shown", "bot_excluded", "export_roundtrip", "no_console_errors")
@@ -139,10 +140,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     for shot in data.get("screenshots", []):
@@ -169,8 +167,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     p = out / "browser_session.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p, *paths]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 
@@ -93,10 +94,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -114,8 +112,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "durability_timeline.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -126,6 +123,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"autocog-e2e"}),
     plots=plots,
     scale_note="Engineering claim, no model: 25 httpx clients × 100 trials on loopback against one uvicorn worker "
                "with SQLite (WAL, synchronous=FULL); one kill -9 per run (quick 1 run, full 3).",

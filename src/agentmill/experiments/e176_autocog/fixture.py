@@ -24,6 +24,7 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "autocog_human"
@@ -73,7 +74,7 @@ def yaml_vs_library(root: Path, s: Setup, log: list) -> float:
     import yaml
 
     from agentmill.core.seeding import rng_for
-    from agentmill.experiments.e176_autocog.library import VECTORS, binary_pairs
+    from agentmill.experiments.e176_autocog.reference_rules import VECTORS, binary_pairs
     from agentmill.methods.autocog import library as L
     from agentmill.methods.autocog.sandbox import run_batch
 
@@ -142,10 +143,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
     for status, c in (("reproduced", "tab:green"), ("non_reproducible", "tab:red"), ("differs", "tab:orange")):
@@ -159,8 +157,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "metric_rerun.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -172,6 +169,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"autocog"}),
     plots=plots,
     scale_note="The authors' own committed data and code (2 human runs, 20 observations), not a reduced-scale rerun. "
                "Pitfall 16: one cardinal metric failed on real data (null real value); the authors score it as "

@@ -20,6 +20,7 @@ import numpy as np
 from agentmill.core.seeding import derive_seed, rng_for
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 
@@ -129,10 +130,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.hist(data["ac3_p_values"], bins=20, range=(0, 1))
@@ -141,8 +139,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("Null p-values of the Welch gate (n_sim 50 judged at N 25)")
     fig.tight_layout()
     p = out / "gate_null_p.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

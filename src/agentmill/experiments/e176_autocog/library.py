@@ -11,8 +11,6 @@ AC-2: the vectorised rules equal independent per-trial reference implementations
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,10 @@ import numpy as np
 from agentmill.core.seeding import rng_for
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.e176_autocog.reference_rules import VECTORS, binary_pairs, ref_prob
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
-VECTORS = ((0.9, 0.7, 0.6), (0.8, 0.75, 0.55), (0.9, 0.8, 0.7, 0.6), (0.9, 0.7, 0.6, 0.5),
-           (0.9, 0.8, 0.7, 0.6, 0.55), (0.95, 0.85, 0.7, 0.65, 0.6))
 # [D] spec §2.5: γ* ≈ 4.86 for v = (.9,.8,.7,.6), 2.98 for (.9,.7,.6,.5), 5.26 for (.9,.8,.7,.6,.55)
 GAMMA_STAR_PAPER = {(0.9, 0.8, 0.7, 0.6): 4.86, (0.9, 0.7, 0.6, 0.5): 2.98, (0.9, 0.8, 0.7, 0.6, 0.55): 5.26}
 
@@ -55,12 +53,6 @@ CLAIMS = (
 )
 
 
-def binary_pairs(F: int) -> tuple[np.ndarray, np.ndarray]:
-    vecs = list(itertools.product((0, 1), repeat=F))
-    pairs = [(a, b) for a in vecs for b in vecs if a != b]
-    return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
-
-
 def gamma_star(v) -> float:
     """Least γ with w_(k) > Σ_{l>k} w_(l) for every k (weights sorted descending), by bisection on [0, 100]."""
     vs = np.sort(np.asarray(v, float))[::-1]
@@ -81,9 +73,9 @@ def _signs(theory, A, B, v, **pin) -> np.ndarray:
     p = theory.params.midpoint(ctx)
     p.update({k: np.array([x]) for k, x in pin.items()})
     p["beta"], p["eps"] = np.array([1.0]), np.array([0.0])
-    from agentmill.methods.autocog.library import _RULES
+    from agentmill.methods.autocog.library import RULES
 
-    delta = _RULES[theory.spec["factory"]][2]
+    delta = RULES[theory.spec["factory"]][2]
     d = delta(p, A[None], B[None], ctx)[0]
     return np.where(np.abs(d) < 1e-9, 0.0, np.sign(d))  # exact ties (e.g. .9-.8-.7+.6) are float round-off
 
@@ -121,59 +113,6 @@ def ac1(log: dict) -> tuple[int, float]:
                                                "vs_ttb": [int((g2 != ttb).sum()), int((g3 != ttb).sum())]})
     errs = [abs(gamma_star(v) - g) for v, g in GAMMA_STAR_PAPER.items()]
     return mism, max(errs)
-
-
-# ---- per-trial reference semantics (plain Python, §2.4) ----------------------------------------------------
-def _sig(z: float) -> float:
-    return 1 / (1 + math.exp(-max(min(z, 500), -500)))
-
-
-def ref_prob(name: str, p: dict, a, b, v, R) -> float:
-    F = len(v)
-    d = [a[i] - b[i] for i in range(F)]
-    if name in ("ttb", "mixture_ttb_wadd"):
-        order = sorted(range(F), key=lambda i: (-v[i], i))
-        dttb = 0.0
-        for i in order:
-            if d[i] != 0:
-                dttb = 1.0 if d[i] > 0 else -1.0
-                break
-        if name == "ttb":
-            delta = dttb
-    if name == "tallying":
-        delta = sum(1 for x in d if x > 0) - sum(1 for x in d if x < 0)
-    elif name == "ew":
-        delta = sum(d)
-    elif name in ("wadd", "mixture_ttb_wadd"):
-        delta = sum(v[i] * d[i] for i in range(F))
-    elif name == "logodds_wadd":
-        delta = 0.0
-        for i in range(F):
-            vc = min(max(v[i], 0.5 + 1e-6), 1 - 1e-6)
-            delta += math.log(vc / (1 - vc)) * d[i]
-    elif name == "dial":
-        w = [v[i] ** p["gamma"] for i in range(F)]
-        delta = sum(w[i] / max(w) * d[i] for i in range(F))
-    elif name == "rank_decay":
-        ranks = []
-        for i in range(F):
-            greater = sum(1 for j in range(F) if v[j] > v[i])
-            equal = sum(1 for j in range(F) if v[j] == v[i])
-            ranks.append(greater + (equal + 1) / 2)
-        delta = sum(p["lam"] ** (ranks[i] - 1) * d[i] for i in range(F))
-    elif name == "dr_wadd":
-        def u(x):
-            return (x + p["s"]) ** p["alpha"] - p["s"] ** p["alpha"]
-        delta = sum(v[i] / sum(v) * (u(a[i]) - u(b[i])) for i in range(F))
-    elif name == "satisficing_wadd":
-        t = p["t"] * R
-        delta = sum(v[i] * ((1.0 if a[i] >= t else 0.0) - (1.0 if b[i] >= t else 0.0)) for i in range(F))
-    beta, eps = p["beta"], p["eps"]
-    if name == "mixture_ttb_wadd":
-        pt = (1 - eps) * _sig(beta * dttb) + eps / 2
-        pw = (1 - eps) * _sig(beta * delta) + eps / 2
-        return p["p"] * pt + (1 - p["p"]) * pw
-    return (1 - eps) * _sig(beta * delta) + eps / 2
 
 
 RULES = ("ttb", "tallying", "ew", "wadd", "logodds_wadd", "dial", "rank_decay", "dr_wadd", "satisficing_wadd",
@@ -218,10 +157,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from agentmill.methods.autocog import library as L
 
@@ -240,8 +176,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = out / "dial_mismatches.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

@@ -2,7 +2,7 @@
 
 For each ground truth in the setup, a full 2-round run (+ validation round) with LLM advocates, arbiter and reviser
 whose model is ``openai:autocog-scripted@http://127.0.0.1:PORT/v1`` — the official ``openai`` SDK talking real HTTP
-to :class:`~agentmill.methods.autocog.agents.loopback.LoopbackServer` in a thread. The stub stands in for a capable
+to :func:`~agentmill.methods.autocog.agents.loopback.scripted_server` in a thread. The stub stands in for a capable
 chat model at an OpenAI-compatible endpoint; its replies are scripted (a pure function of the prompt), so this
 measures the plumbing — prompt building, JSON extraction, retries with the error fed back, the sandbox check of
 LLM code, fallbacks, ledgering and replay — not any model's judgement. The script injects the spec's faults: one
@@ -36,8 +36,8 @@ from typing import Any
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,11 @@ def build_loop(lm, gt_key: str, s: Setup, run_dir: Path):
 
 def run_one(gt_key: str, s: Setup, base: Path) -> dict:
     """One LLM-role run over the loopback stub, its audit, leak scan and RecordReplay rerun."""
+    from agentmill.core.ledger import Ledger
     from agentmill.lm import load_lm
-    from agentmill.methods.autocog.agents.loopback import LoopbackServer
+    from agentmill.methods.autocog.agents.loopback import scripted_server
     from agentmill.methods.autocog.audit import audit
     from agentmill.methods.autocog.leakage import find_leaks, gt_tokens
-    from agentmill.methods.autocog.ledger import Ledger
     from agentmill.methods.autocog.recovery import GROUND_TRUTHS
 
     run_dir, replay_dir = base / gt_key / "run", base / gt_key / "replay"
@@ -112,7 +112,7 @@ def run_one(gt_key: str, s: Setup, base: Path) -> dict:
         if d.exists():
             shutil.rmtree(d)
     t0 = time.monotonic()
-    with LoopbackServer() as srv:
+    with scripted_server() as srv:
         res = build_loop(load_lm(srv.lm_spec), gt_key, s, run_dir).run()
         served = list(srv.prompts)
     run_s = time.monotonic() - t0
@@ -136,7 +136,7 @@ def run_one(gt_key: str, s: Setup, base: Path) -> dict:
     ok = (res.status == "done" and retried and failed_cand and critic_ok and metric_code_used >= 1
           and metric_fallbacks >= 1 and not problems and len(calls) == len(served))
     shutil.copytree(run_dir, replay_dir, ignore=shutil.ignore_patterns("ledger.jsonl", "state.json", "blobs"))
-    with LoopbackServer() as srv2:
+    with scripted_server() as srv2:
         res2 = build_loop(load_lm(srv2.lm_spec), gt_key, s, replay_dir).run()
         replay_requests = srv2.requests
     return {"gt": gt_key, "status": res.status, "run_s": round(run_s, 2), "lm_calls": len(calls),
@@ -177,10 +177,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = data["runs"]
     roles = sorted({r for x in runs for r in x["by_role"]})
@@ -195,8 +192,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "lm_calls_by_role.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -208,6 +204,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"openai"}),
     plots=plots,
     scale_note="Engineering claim, no real model: the LLM roles' model is a scripted stub served over real HTTP on "
                "127.0.0.1 (openai SDK client), standing in for a capable chat model; replies exercise the plumbing "

@@ -53,6 +53,7 @@ import numpy as np
 from agentmill.core.seeding import rng_for
 from agentmill.core.stats import Estimate, bootstrap_ci
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 P1_RULES = ("ttb", "wadd", "dr_wadd")
@@ -191,7 +192,7 @@ def p1_design(seed: int):
 
 def reference_predict(rule: str, ctx: dict) -> Callable:
     """``predict(params, stimulus, history) -> (2,)`` from AC-2's per-trial reference semantics."""
-    from agentmill.experiments.e176_autocog.library import ref_prob
+    from agentmill.experiments.e176_autocog.reference_rules import ref_prob
 
     v, R = [float(x) for x in ctx["validities"]], int(ctx["rating_max"])
 
@@ -574,10 +575,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
     rules = list(data["p1"]["rules"])
@@ -598,8 +596,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     a2.legend(fontsize=7)
     fig.tight_layout()
     p = out / "perf_targets.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 
@@ -610,6 +607,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
+    requires=frozenset({"autocog-e2e"}),
     plots=plots,
     scale_note="Engineering targets of the spec (§8), no model. Ratios (P1, P2 warm, P4 vs raw) are paired and "
                "measured side by side in alternating repetitions; absolute numbers (P2 cold, P3, P4 latency and "

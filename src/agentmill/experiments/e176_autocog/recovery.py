@@ -23,8 +23,9 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
+from agentmill.methods.autocog.recovery import R_MIN, cell_passes
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,6 @@ SETUPS = {
     "full": Setup(seeds=5, nc2=True, nc4=True, nc5=True),
 }
 
-R_MIN, BEST_SEED_R, DELTA_R_MIN = 0.90, 0.85, 0.10  # spec §7 AC-7 threshold column
-SEED_SHARE_FULL = 0.8  # "≥ 4/5 seeds" (spec §7 AC-7)
 QUICK_CELLS, N_CELLS = 12, 15  # "pass = ≥ 12/15 cells" (spec §7 AC-7, quick column)
 
 SPEC_AC7_THRESHOLD = ("r ≥ 0.90 in ≥ 4/5 seeds in **every** cell; where the best seed r < 0.85, also "
@@ -114,34 +113,6 @@ def _run(args: tuple) -> dict:
     run_dir = Path(work) / sha256(repr(s))[:10] / f"{variant}_{gt}_{eps}_{seed}_{bat_sha}"
     return run_recovery(gt, eps, seed, run_dir, cfg=cfg, permute=variant == "nc2", blind=variant == "nc5",
                         exclude_gt_family=variant == "nc4")
-
-
-
-
-def run_passes(m: dict) -> bool:
-    """One run (seed) of one cell passes AC-7.
-
-    Spec §7 AC-7, threshold column: "r ≥ 0.90 in ≥ 4/5 seeds in **every** cell; where the best seed r < 0.85, also
-    Δr ≥ 0.10". Quick column: "1 seed per cell (15 runs; pass = ≥ 12/15 cells with r ≥ .90)".
-
-    Ambiguity (settled from the text, never from data): the quick column names only "r ≥ .90"; it does not say
-    whether the threshold column's Δr clause still applies to a quick cell. The quick column restates the cell
-    count and the seed count, not the per-run criterion, so it can be read as shorthand for the same criterion or
-    as dropping the Δr clause. Following the rule "keep the stricter reading", a quick cell passes only under the
-    full per-run criterion (r ≥ .90 and, where the best seed r < .85, Δr ≥ .10). The literal r-only count is
-    reported next to it (``ac7_quick_cells_r_ge_090``) but not judged.
-    """
-    for key in ("r", "best_seed_r", "delta_r"):
-        if key not in m or m[key] != m[key]:
-            raise ValueError(f"run_passes: run metric {key!r} missing or NaN in {sorted(m)}")
-    return m["r"] >= R_MIN and (m["best_seed_r"] >= BEST_SEED_R or m["delta_r"] >= DELTA_R_MIN)
-
-
-def cell_passes(runs: list[dict]) -> bool:
-    """A cell passes when >= 4/5 of its seeds pass (full rule); with one seed, that seed decides (quick rule)."""
-    if not runs:
-        raise ValueError("cell_passes: a cell needs at least one run")
-    return sum(run_passes(r) for r in runs) / len(runs) >= SEED_SHARE_FULL
 
 
 def ac7_rule_metrics(cells: dict[tuple[str, float], list[dict]], seeds: int) -> dict[str, Estimate]:
@@ -226,19 +197,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = [r for r in data["runs"] if r["variant"] == "main"]
     paths: list[Path] = []
 
-    def save(fig, name: str) -> None:
+    def add(fig, name: str) -> None:
         fig.tight_layout()
-        paths.append(out / f"{name}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, out / f"{name}.png"))
+
     # theory scores over rounds (post-data leaderboards) for the first run of each GT at the lowest noise
     gts = sorted({r["gt"] for r in runs})
     fig, axes = plt.subplots(1, len(gts), figsize=(4 * len(gts), 3.5), squeeze=False)
@@ -254,7 +221,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xlabel("round")
         ax.set_ylabel("leaderboard score (post-data)")
         ax.legend(fontsize=5)
-    save(fig, "scores_over_rounds")
+    add(fig, "scores_over_rounds")
     # recovered vs true: r per cell
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for k, eps in enumerate(sorted({r["eps"] for r in runs})):
@@ -269,7 +236,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_ylabel("r(surfaced, clean GT) on battery")
     ax.set_title("Recovery (x = best seed)")
     ax.legend(fontsize=7)
-    save(fig, "recovery_r")
+    add(fig, "recovery_r")
     # recovered vs true [R]: the surfaced theory's battery P(A) against the clean GT's, per pair — what r summarises
     with_props = [r for r in runs if r.get("props_surfaced")]
     if with_props:
@@ -283,7 +250,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
             ax.set_xlabel("clean GT P(A)")
             ax.set_ylabel("surfaced P(A)")
             ax.legend(fontsize=6)
-        save(fig, "recovered_vs_true")
+        add(fig, "recovered_vs_true")
     return paths
 
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,9 @@ def _arm(s: Setup, base: Path, kills: int, ctx: RunContext, *, server=None) -> d
     """Reference run + ``kills`` kill-and-resume points; ``server``: the loopback stub for the Scripted-LM arm."""
     import subprocess
 
+    from agentmill.core.ledger import Ledger
     from agentmill.methods.autocog.audit import audit
     from agentmill.methods.autocog.killresume import kill_and_resume, ledger_lines, ledger_steps
-    from agentmill.methods.autocog.ledger import Ledger
 
     lm = server.lm_spec if server is not None else None
     label = "AC-8 LM kills" if server is not None else "AC-8 kills"
@@ -153,9 +153,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
            "p6_resume_s_mean": Estimate.exact(float(np.mean([x["resume_s"] for x in rows])), n=len(rows)),
            "p6_reference_run_s": Estimate.exact(arm["reference_s"])}
     if s.lm_kills:
-        from agentmill.methods.autocog.agents.loopback import LoopbackServer
+        from agentmill.methods.autocog.agents.loopback import scripted_server
 
-        with LoopbackServer() as srv:
+        with scripted_server() as srv:
             lm_arm = _arm(s, base / "lm", s.lm_kills, ctx, server=srv)
         ctx.data["lm_arm"] = lm_arm
         lrows = lm_arm["kills"]
@@ -170,10 +170,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kinds = data["kinds"]
     names = sorted(set(kinds), key=kinds.index)
@@ -187,8 +184,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("AC-8: kill points over the reference run's ledger", fontsize=9)
     fig.tight_layout()
     p = out / "kill_points.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

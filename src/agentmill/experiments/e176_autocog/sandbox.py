@@ -30,6 +30,7 @@ from typing import Any
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 SENTINEL = "/tmp/autocog-ac11-sentinel"
@@ -164,10 +165,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [r for r in data["cases"] if r["repeat"] == 0]
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(rows) + 1.2))
@@ -185,8 +183,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.invert_yaxis()
     fig.tight_layout()
     p = out / "sandbox_suite.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

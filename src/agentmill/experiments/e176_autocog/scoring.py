@@ -15,6 +15,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 CANON = ("ttb", "tallying", "wadd")
@@ -83,10 +84,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for r in data["runs"]:
@@ -98,8 +96,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("AC-6: the true theory's rank over rounds")
     fig.tight_layout()
     p = out / "truth_rank.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

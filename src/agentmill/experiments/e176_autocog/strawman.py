@@ -42,6 +42,7 @@ import numpy as np
 from agentmill.core.seeding import derive_seed, rng_for
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 RULES = ("ttb", "tallying", "wadd")
@@ -191,10 +192,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.5))
     human = [dict(r, err_argmax=abs(r["pred_argmax"] - r["real"]), err_sample=abs(r["pred_sample"] - r["real"]),
@@ -214,8 +212,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "strawman_errors.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
+    save(fig, p, dpi=110)
     return [p]
 
 

@@ -23,8 +23,9 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.e179_dspark.drafters import load_drafter
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
 
 
 @dataclass(frozen=True)
@@ -59,21 +60,6 @@ CLAIMS = (
     Claim("E179-NC5", "Negative control: confidences shuffled across rounds carry no information (|AUROC − 0.5| "
           "< 0.05).", "[R] spec §7 NC-5", "—", "nc5_auroc_shuffled", "in", 0.45, upper=0.55, judge_on="point"),
 )
-
-
-def load_drafter(which: str, engine: Any, model: str) -> Any:
-    """The drafter an experiment evaluates: the shipped one, a random-weight one, or a checkpoint path."""
-    from agentmill.methods.dspark.drafter import DraftVocab, DSparkConfig, DSparkDrafter
-    from agentmill.methods.dspark.pipeline import shipped_drafter
-
-    if which == "random":
-        layers = tuple(engine.engine_config.tap_layers)
-        cfg = DSparkConfig(block_size=4 if model == "tiny" else 7, num_draft_layers=1 if model == "tiny" else 2,
-                           target_layer_ids=layers, markov_rank=8 if model == "tiny" else 64,
-                           draft_vocab_size=None, mask_token_id=0)
-        return DSparkDrafter.init_for(engine, cfg, DraftVocab.full(engine.vocab_size), seed=0)
-    path = shipped_drafter(engine) if which == "shipped" else Path(which)
-    return DSparkDrafter.load(path, engine)
 
 
 def full_verification_rounds(engine: Any, drafter: Any, split: str, n: int, s: Setup, seed: int) -> dict[str, Any]:
@@ -164,10 +150,7 @@ def _reliability(before: np.ndarray, after: np.ndarray, y: np.ndarray, bins: int
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rel = data.get("reliability")
     if not rel:
@@ -184,8 +167,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = out_dir / "e179_calibration_reliability.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

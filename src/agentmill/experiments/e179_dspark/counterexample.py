@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.stats import Estimate
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 PAPER = "Cheng et al., DSpark, arXiv:2607.05147 (App. A)"
@@ -111,10 +112,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = data.get("policies")
     if not rows:
@@ -132,8 +130,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out_dir / "e179_counterexample.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

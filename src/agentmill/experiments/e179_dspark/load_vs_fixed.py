@@ -22,8 +22,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ def _engine_for(arm: str, engine: Any, drafter: Any, sps: Any, max_seqs: int) ->
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.experiments.e179_dspark.calibration import load_drafter
-    from agentmill.experiments.e179_dspark.speed_single_user import sps_table
+    from agentmill.experiments.e179_dspark.drafters import load_drafter
+    from agentmill.experiments.e179_dspark.sps_cache import sps_table
     from agentmill.lm.engine import SamplingParams
     from agentmill.methods.dspark.bench import closed_loop, matched_throughput_ratios
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
@@ -183,7 +183,7 @@ def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, promp
     from agentmill.methods.dspark.simulate import TraceSet, simulate
 
     if sps is None:
-        from agentmill.experiments.e179_dspark.speed_single_user import sps_table
+        from agentmill.experiments.e179_dspark.sps_cache import sps_table
 
         sps = sps_table(engine, ctx, quick=s.sps_quick, max_r=max(cs))
     g = drafter.cfg.block_size
@@ -213,10 +213,7 @@ def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, promp
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     pts = data.get("points")
     if not pts:
@@ -235,8 +232,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     p = out_dir / "e179_frontier.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.stats import Estimate
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 PAPER = "Cheng et al., DSpark, arXiv:2607.05147 (App. A); Leviathan et al., arXiv:2211.17192"
@@ -132,10 +133,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = data.get("configs")
     if not rows:
@@ -155,8 +153,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title("E179-T1: exact losslessness per policy")
     fig.tight_layout()
     p = out_dir / "e179_lossless_exact.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, holm
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 PAPER = "Cheng et al., DSpark, arXiv:2607.05147 (App. A, §5.2)"
@@ -137,8 +138,6 @@ def chi2_p(samples: np.ndarray) -> float:
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.experiments.e179_dspark.sampling_equality import holm
-
     ps, names = [], []
     pols = s.policies.split(",")
     total = len(pols) * s.seeds + 1
@@ -159,10 +158,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     h = data.get("holm")
     if not h:
@@ -179,8 +175,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title("E179-T2: sampling under load vs the exact target joint")
     fig.tight_layout()
     p = out_dir / "e179_lossless_mc.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 
@@ -203,10 +204,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     """Acceptance rate by block position, with and without the correction head (spec's required plot)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ev = data.get("eval", {})
     if not ev:
@@ -224,8 +222,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = out_dir / "e179_markov_gain_alpha.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

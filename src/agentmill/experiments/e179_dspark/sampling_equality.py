@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, holm
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 PAPER = "Cheng et al., DSpark, arXiv:2607.05147 (App. A); Leviathan et al., arXiv:2211.17192"
@@ -100,20 +101,9 @@ def _chi2(a: list[Any], b: list[Any], top: int = 50) -> float:
     return float(chi2_contingency(table)[1])
 
 
-def holm(ps: list[float]) -> list[float]:
-    m = len(ps)
-    order = np.argsort(ps)
-    adj = np.empty(m)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * ps[i]))
-        adj[i] = running
-    return adj.tolist()
-
-
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.experiments.e179_dspark.calibration import load_drafter
-    from agentmill.experiments.e179_dspark.speed_single_user import sps_table
+    from agentmill.experiments.e179_dspark.drafters import load_drafter
+    from agentmill.experiments.e179_dspark.sps_cache import sps_table
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
     from agentmill.methods.dspark.pipeline import tapped_engine
 
@@ -157,10 +147,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     h = data.get("holm")
     if not h:
@@ -175,8 +162,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_title("E179-T5: sampling equality")
     fig.tight_layout()
     p = out_dir / "e179_sampling_equality.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     return [p]
 
 

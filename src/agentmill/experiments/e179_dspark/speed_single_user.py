@@ -24,8 +24,9 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, bootstrap_ci
 from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.e179_dspark.sps_cache import sps_table
+from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-
 
 
 @dataclass(frozen=True)
@@ -88,25 +89,6 @@ def _arm(name: str, engine: Any, drafter: Any, random_drafter: Any, sps: Any) ->
     return SpecEngine(engine, DSparkProposer(drafter), policy=name, sps=sps, max_num_seqs=1)
 
 
-def sps_table(engine: Any, ctx: RunContext, *, quick: bool, max_r: int = 1, tag: str = "") -> Any:
-    """The engine's SPS(B) table (profiled once per fingerprint and thread count, cached in the work dir)."""
-    from agentmill.methods.dspark.costmodel import SPSTable, engine_step_fn
-
-    path = ctx.work_dir.parent / "e179.sps" / (f"sps-{engine.fingerprint}-t{engine.engine_config.threads}"
-                                               f"-r{max_r}{'-quick' if quick else ''}{tag}.json").replace(":", "_")
-    if path.exists():
-        return SPSTable.load(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ctx.progress("profiling SPS(B)", 0, None)
-    bs = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64, 128] if quick else \
-        list(range(1, 17)) + [20, 24, 32, 40, 48, 64, 96, 128]
-    rs = [r for r in (1, 4, 16) if r <= max_r]
-    grid = {"B": bs, "R": rs, "ctx": [128, 512] if quick else [128, 512, 1024]}
-    table = SPSTable.profile(engine_step_fn(engine), grid, reps=3 if quick else 7, warmup=1 if quick else 2)
-    table.save(path)
-    return table
-
-
 def _hf_tok_per_s(prompts: list[list[int]], max_new: int, threads: int) -> float:
     import torch
 
@@ -127,11 +109,11 @@ def _hf_tok_per_s(prompts: list[list[int]], max_new: int, threads: int) -> float
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    from agentmill.experiments.e179_dspark.drafters import load_drafter
     from agentmill.lm.engine import SamplingParams
     from agentmill.methods.dspark.bench import paired_single_user
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
     from agentmill.methods.dspark.pipeline import tapped_engine
-    from agentmill.experiments.e179_dspark.calibration import load_drafter
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
     engine = tapped_engine(layers, threads=s.threads, model=s.model)
@@ -222,10 +204,7 @@ def _random_like(drafter: Any, engine: Any) -> Any:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     summ = data.get("summary")
     if not summ:
@@ -244,8 +223,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     fig.suptitle("E179-S1: single user, same engine")
     fig.tight_layout()
     p = out_dir / "e179_speed_single_user.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
+    save(fig, p, dpi=120)
     paths = [p]
     single = data.get("single", {})
     if "0" in single:
@@ -261,8 +239,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.set_title("Acceptance by position, single user")
         fig.tight_layout()
         p2 = out_dir / "e179_acceptance_by_position.png"
-        fig.savefig(p2, dpi=120)
-        plt.close(fig)
+        save(fig, p2, dpi=120)
         paths.append(p2)
     return paths
 

@@ -6,6 +6,7 @@ every theory is scored on every observation; an arbiter and a reviser replace on
 ledgered (hash chain) and resumable. See README.md.
 """
 
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog import library
 from agentmill.methods.autocog.agents.base import Critique, PoolView, Proposal, Revision, Verdict
 from agentmill.methods.autocog.agents.search import LossCritic, ProgramSpaceReviser, RuleArbiter, SearchAdvocate
@@ -15,7 +16,6 @@ from agentmill.methods.autocog.design import Design, random_design
 from agentmill.methods.autocog.classify import Classification, classify
 from agentmill.methods.autocog.gate import GateResult, calibrate_jsd_threshold, jsd_gate, power_gate, welch_gate
 from agentmill.methods.autocog.jsd import jsd, sequence_jsd, static_jsd
-from agentmill.methods.autocog.ledger import Ledger
 from agentmill.methods.autocog.library import REGISTRY, program, theory_from_spec
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig, RunResult
 from agentmill.methods.autocog.metrics import CodeMetric, Estimate, TemplateMetric

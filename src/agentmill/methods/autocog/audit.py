@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 
 REQUIRED_KINDS = ("config", "round_started", "proposal", "gate_result", "observation_committed", "data_requested",
                   "data_collected", "prediction", "leaderboard", "verdict", "candidate", "admitted",

@@ -21,9 +21,9 @@ per-subject call fails).
 from __future__ import annotations
 
 import ast
-import json
+import dataclasses
 
-from agentmill.methods.autocog.sandbox import CHILD_PREAMBLE, TheoryRejected, _run_child, check_source
+from agentmill.methods.autocog.sandbox import SANDBOX_POLICY, TheoryRejected, check_source, run_theory_child
 
 ALLOWED_TO = {"to_numpy", "to_list", "tolist"}
 FORBIDDEN_FRAME_ATTRS = {"eval", "query"}
@@ -50,8 +50,10 @@ np.where(_m, 1 - _w["response"], _w["response"]); np.abs(_w["response"] - 1); np
 _w.copy(); len(_w); _w["response"].mean(); _w["response"].apply(lambda x: x).sum()
 import warnings
 warnings.simplefilter("ignore")  # pandas FutureWarnings would walk frames and print to the result pipe's sink
-EXTRA_MODULES = {"pd": pd}
 '''
+FRAME_POLICY = dataclasses.replace(SANDBOX_POLICY, imports=SANDBOX_POLICY.imports + ("pandas",),
+                                   namespace=SANDBOX_POLICY.namespace + (("pd", "pandas"),))
+"""AutoCog's sandbox policy plus ``import pandas`` (warmed up by ``FRAME_PRELUDE``), bound as ``pd``."""
 
 CHILD_FRAME_METRIC = r'''
 metric = ns.get("metric")
@@ -101,5 +103,5 @@ def run_frame_metric(source: str, rows: list[dict]) -> dict:
     check_frame_source(source)
     if not rows or "subject_id" not in rows[0]:
         raise ValueError("run_frame_metric: rows must be non-empty dicts with a 'subject_id'")
-    req = json.dumps({"source": source, "entry": "metric", "rows": rows}).encode()
-    return _run_child(FRAME_PRELUDE + CHILD_PREAMBLE + CHILD_FRAME_METRIC, req)
+    return run_theory_child(source, CHILD_FRAME_METRIC, {"rows": rows}, name="metric", policy=FRAME_POLICY,
+                            prelude=FRAME_PRELUDE)

@@ -5,7 +5,7 @@ The tokens of a ground truth are (1) its names (registry name, display name, rec
 case-insensitively; (2) its prose, verbatim; (3) its code: every line of its rule's source at least
 ``MIN_LINE`` characters long (whitespace-normalised) and every identifier the rule uses that the library defines
 (``wadd_delta``, ``dial_weights``, ``power_shift`` …), as whole identifiers, and those helpers' lines. A library theory's "code" is the
-Python function that computes its Δ (``library._RULES``); an LLM-written ``CodeTheory``'s code is its source.
+Python function that computes its Δ (``library.RULES``); an LLM-written ``CodeTheory``'s code is its source.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _code_of(theory) -> str:
     if src:
         return src
     factory = theory.spec.get("factory", "")
-    rule = L._RULES.get(factory)
+    rule = L.RULES.get(factory)
     fn = rule[2] if rule else theory.prob
     return textwrap.dedent(inspect.getsource(fn))
 

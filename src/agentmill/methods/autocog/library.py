@@ -148,7 +148,7 @@ def coin_flip_prob(p, A, B, ctx, prev):
 
 
 # name -> (family, prose, delta or prob, mechanism prior, uses noise, history)
-_RULES: dict[str, tuple] = {
+RULES: dict[str, tuple] = {
     "ttb": ("lexicographic", "Take-the-best: follow the most valid cue that discriminates.", ttb_delta,
             {"validities": Bind("validities")}, True, False),
     "tallying": ("tally", "Tallying: count cues favouring each option, ignore validities.", tally_delta, {}, True, False),
@@ -190,7 +190,7 @@ def _build(name: str, policy: str = "sample", **overrides: Spec) -> LibraryTheor
         prob = {"perseveration": perseveration_prob, "alternating": alternating_prob,
                 "coin_flip": coin_flip_prob}[name]
     else:
-        family, prose, delta, mech, noisy, hist = _RULES[name]
+        family, prose, delta, mech, noisy, hist = RULES[name]
         specs = {**(NOISE if noisy else {}), **mech}
         prob = _noisy(delta)
     for k, v in overrides.items():
@@ -343,7 +343,7 @@ def families(cardinal: bool) -> list[tuple[str, str, str]]:
 
 def theory_from_spec(spec: dict) -> LibraryTheory:
     """Rebuild a library or program theory from its JSON recipe (ledger replay)."""
-    from agentmill.methods.autocog.theory import _spec_from_json
+    from agentmill.methods.autocog.theory import spec_from_json
 
     if spec["factory"] == "code":
         from agentmill.methods.autocog.theory import CodeTheory, ParamSpace as PS
@@ -353,5 +353,5 @@ def theory_from_spec(spec: dict) -> LibraryTheory:
     if spec["factory"] == "program":
         return program(spec["transform"], spec["weighting"], spec["comparison"],
                        {k: tuple(v) for k, v in spec["ranges"].items()}, policy=spec.get("policy", "sample"))
-    ov = {k: _spec_from_json(v) for k, v in spec.get("overrides", {}).items()}
+    ov = {k: spec_from_json(v) for k, v in spec.get("overrides", {}).items()}
     return _build(spec["factory"], policy=spec.get("policy", "sample"), **ov)

@@ -19,16 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.ledger import Ledger, canonical
+from agentmill.core.records import write_bytes_atomic
 from agentmill.core.seeding import derive_seed
 from agentmill.methods.autocog.agents.base import PoolView, Verdict
 from agentmill.methods.autocog.design import Design
 from agentmill.methods.autocog.gate import JSD_THRESHOLD, jsd_gate, power_gate, welch_gate
-from agentmill.methods.autocog.ledger import Ledger, atomic_write
 from agentmill.methods.autocog.library import theory_from_spec
 from agentmill.methods.autocog.metrics import metric_from_json, predicted_estimate
 from agentmill.methods.autocog.scoring import leaderboard, prospective_scores, raw_errors
 from agentmill.methods.autocog.simulate import Data
-from agentmill.methods.autocog.theory import canonical, sha256
+from agentmill.methods.autocog.theory import sha256
 
 
 @dataclass(frozen=True)
@@ -277,5 +278,5 @@ class AutoCogLoop:
                 "prospective": self._prospective() if self.obs and all(o["preds"] for o in self.obs) else {}}
 
     def _write_state(self, status: str) -> None:
-        atomic_write(self.run_dir / "state.json", json.dumps(self.state(status), sort_keys=True, indent=1,
-                                                             default=str).encode())
+        write_bytes_atomic(self.run_dir / "state.json", json.dumps(self.state(status), sort_keys=True, indent=1,
+                                                                   default=str).encode())

@@ -298,3 +298,33 @@ if __name__ == "__main__":  # python -m agentmill.methods.autocog.recovery: (re)
         out[str(R)] = b
         print(R, b["check"])
     BATTERY_PATH.write_text(json.dumps(out, indent=1))
+
+
+R_MIN, BEST_SEED_R, DELTA_R_MIN = 0.90, 0.85, 0.10  # spec §7 AC-7 threshold column
+SEED_SHARE_FULL = 0.8  # "≥ 4/5 seeds" (spec §7 AC-7)
+
+
+def run_passes(m: dict) -> bool:
+    """One run (seed) of one cell passes AC-7.
+
+    Spec §7 AC-7, threshold column: "r ≥ 0.90 in ≥ 4/5 seeds in **every** cell; where the best seed r < 0.85, also
+    Δr ≥ 0.10". Quick column: "1 seed per cell (15 runs; pass = ≥ 12/15 cells with r ≥ .90)".
+
+    Ambiguity (settled from the text, never from data): the quick column names only "r ≥ .90"; it does not say
+    whether the threshold column's Δr clause still applies to a quick cell. The quick column restates the cell
+    count and the seed count, not the per-run criterion, so it can be read as shorthand for the same criterion or
+    as dropping the Δr clause. Following the rule "keep the stricter reading", a quick cell passes only under the
+    full per-run criterion (r ≥ .90 and, where the best seed r < .85, Δr ≥ .10). The literal r-only count is
+    reported next to it (``ac7_quick_cells_r_ge_090``) but not judged.
+    """
+    for key in ("r", "best_seed_r", "delta_r"):
+        if key not in m or m[key] != m[key]:
+            raise ValueError(f"run_passes: run metric {key!r} missing or NaN in {sorted(m)}")
+    return m["r"] >= R_MIN and (m["best_seed_r"] >= BEST_SEED_R or m["delta_r"] >= DELTA_R_MIN)
+
+
+def cell_passes(runs: list[dict]) -> bool:
+    """A cell passes when >= 4/5 of its seeds pass (full rule); with one seed, that seed decides (quick rule)."""
+    if not runs:
+        raise ValueError("cell_passes: a cell needs at least one run")
+    return sum(run_passes(r) for r in runs) / len(runs) >= SEED_SHARE_FULL

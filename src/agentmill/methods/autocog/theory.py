@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from agentmill.core.ledger import canonical
 
 BOUND_NAMES = ("validities", "n_features", "rating_max")
 
@@ -91,7 +92,7 @@ def _spec_json(s: Spec) -> Any:
     return float(s)
 
 
-def _spec_from_json(d: Any) -> Spec:
+def spec_from_json(d: Any) -> Spec:
     if isinstance(d, (int, float)):
         return float(d)
     if "interval" in d:
@@ -163,7 +164,7 @@ class ParamSpace:
 
     @classmethod
     def from_json(cls, d: dict) -> ParamSpace:
-        return cls({k: _spec_from_json(v) for k, v in d.items()})
+        return cls({k: spec_from_json(v) for k, v in d.items()})
 
     @classmethod
     def from_repo_strings(cls, d: dict[str, str]) -> ParamSpace:
@@ -191,18 +192,6 @@ class ParamSpace:
             else:
                 raise ValueError(f"parameter {name}: cannot parse {t!r}; accepted forms: {ACCEPTED_FORMS}")
         return cls(specs)
-
-
-def canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_default).encode()
-
-
-def _default(o: Any) -> Any:
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def sha256(obj: Any) -> str:

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import yaml
 
+from agentmill.core.extras import MissingExtraError
 from agentmill.core.types import ToolCall
 from agentmill.methods.constraint_rot.predicates import Predicate, compile_predicate, render_template
 from agentmill.methods.constraint_rot.schema import (KINDS, MAX_CARD_WORDS, POOL_SPLITS, SPLITS, CallTemplate,
@@ -31,6 +32,16 @@ SCHEMA_VERSION = "cr-catalogue-1"
 DEFAULT_PATH = Path(__file__).with_name("catalogue")
 MAX_COMBOS_CHECKED = 256
 """Self-checks enumerate every parameter combination of a split up to this many (then a seeded sample)."""
+
+
+def _yaml() -> Any:
+    """PyYAML, from the ``constraint-rot`` extra (imported on first use so the core install can import this module)."""
+    try:
+        import yaml
+    except ImportError as e:
+        raise MissingExtraError("constraint-rot", "reading the ConstraintRot rule catalogue (YAML)") from e
+    return yaml
+
 
 
 @dataclass(frozen=True)
@@ -229,8 +240,8 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
         raw = f.read_bytes()
         digest.update(rel.encode() + b"\0" + raw + b"\0")
         try:
-            data = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
+            data = _yaml().safe_load(raw)
+        except _yaml().YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f" line {mark.line + 1}" if mark is not None else ""
             raise CatalogueError(f"{rel}:{line}: malformed YAML: {exc}") from exc

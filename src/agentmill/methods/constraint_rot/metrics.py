@@ -33,11 +33,10 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import (Estimate, McNemarResult, mcnemar_exact, percentile_estimate, proportion_estimate,
+                                  two_stage_bootstrap, two_stage_bootstrap_samples, variance_decomposition)
 from agentmill.methods.constraint_rot.prereg import Prereg
-from agentmill.methods.constraint_rot.stats import (McNemarResult, bootstrap_samples, cluster_bootstrap,
-                                                    mcnemar_exact, percentile_estimate, variance_decomposition,
-                                                    wilson_estimate)
+from agentmill.methods.constraint_rot.stats import CLUSTER, UNIT, WILSON_Z
 from agentmill.methods.constraint_rot.survival import LABELS, SURVIVED
 
 CELL_FIELDS = ("actor", "compactor", "pin", "attack", "kind", "location", "condition")
@@ -144,7 +143,7 @@ def v_stat(where: Mapping[str, Any], *, labels: frozenset[str] | None = None) ->
 
 
 def _wilson(flags: Sequence[bool]) -> Estimate | None:
-    return wilson_estimate(sum(map(bool, flags)), len(flags)) if flags else None
+    return proportion_estimate(sum(map(bool, flags)), len(flags), z=WILSON_Z) if flags else None
 
 
 # -- precondition ----------------------------------------------------------------------------------------------------
@@ -411,7 +410,8 @@ class _Contraster:
         sa = [r for r in sub if _match(r, a) and (a_labels is None or r.get("survival_label") in a_labels)]
         if not sa or not any(_match(r, b) for r in sub):
             return None
-        return cluster_bootstrap(sub, v_stat(a, labels=a_labels), paired_with=v_stat(b), B=self.B, seed=self.seed)
+        return two_stage_bootstrap(sub, v_stat(a, labels=a_labels), paired_with=v_stat(b), cluster=CLUSTER, unit=UNIT,
+                                   B=self.B, seed=self.seed)
 
 
 def _contrasts(rows: Sequence[Row], c: _Contraster, *, rs_lower_min: float, v_full_max: float) -> list[Contrast]:
@@ -470,7 +470,7 @@ def _soft_hard(rows: Sequence[Row], B: int, seed: int, ratio_undefined_above: fl
         stats = [v_stat(s) for pair in sels for s in pair]
         pv = [f(sub) for f in stats]
         ds, dh = pv[0] - pv[1], pv[2] - pv[3]
-        boots = bootstrap_samples(sub, stats, B=B, seed=seed)
+        boots = two_stage_bootstrap_samples(sub, stats, cluster=CLUSTER, unit=UNIT, B=B, seed=seed)
         bs, bh = boots[:, 0] - boots[:, 1], boots[:, 2] - boots[:, 3]
         n = len({r["family"] for r in sub})
         nonpos = float(((bh <= 0) | ~(bh == bh)).mean())  # NaN (undefined) counts as not positive
@@ -506,8 +506,8 @@ def _attacks(rows: Sequence[Row], c: _Contraster) -> tuple[list[AttackCell], lis
             sub = [r for r in here if r["attack"] in ("none", FILLER) and r.get("survival_label") is not None]
             drop = lambda a: lambda rs: _mean([x["survival_label"] in DROP_LABELS for x in rs  # noqa: E731
                                                if x["attack"] == a])
-            contrasts.append(Contrast("DR_filler-DR_clean", st, cluster_bootstrap(
-                sub, drop(FILLER), paired_with=drop("none"), B=c.B, seed=c.seed)))
+            contrasts.append(Contrast("DR_filler-DR_clean", st, two_stage_bootstrap(
+                sub, drop(FILLER), paired_with=drop("none"), cluster=CLUSTER, unit=UNIT, B=c.B, seed=c.seed)))
         for a in attacks:
             mine = [r for r in here if r["attack"] == a]
             asr = _wilson([violated(r) and r.get("survival_label") in ASR_LABELS for r in mine])
@@ -536,7 +536,7 @@ def crossing(rows: Sequence[Row]) -> Crossing | None:
     full_rows = [s for s in comps if len(V.get(s, {})) == len(actors)]
     if len(full_rows) >= 2 and len(actors) >= 2:
         vd = variance_decomposition([[V[s][a].value for a in actors] for s in full_rows])
-        e2s, e2a = vd.eta2_S, vd.eta2_A
+        e2s, e2a = vd.eta2_rows, vd.eta2_cols  # rows = summarisers (η²_S), columns = actors (η²_A)
     return Crossing(actors, comps, V, e2s, e2a)
 
 

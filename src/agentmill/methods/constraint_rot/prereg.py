@@ -14,13 +14,23 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from agentmill.core.extras import MissingExtraError
 
 DIRECTIONS = ("eq", "le", "ge", "lt", "gt", "abs_le", "ci_lower_gt", "ci_lower_ge", "ci_upper_le", "ci_includes",
               "ci_excludes", "non_increasing", "reported")
 _NO_THRESHOLD = ("non_increasing", "reported")
 PROFILES = ("all", "quick", "full", "endpoint")
 EXACT_TOL = 1e-9
+
+
+def _yaml() -> Any:
+    """PyYAML, from the ``constraint-rot`` extra (imported on first use so the core install can import this module)."""
+    try:
+        import yaml
+    except ImportError as e:
+        raise MissingExtraError("constraint-rot", "reading ConstraintRot's pre-registration (YAML)") from e
+    return yaml
+
 
 
 class PreregError(ValueError):
@@ -146,8 +156,8 @@ def parse_prereg(text: str | bytes, *, path: str = "<string>") -> Prereg:
     """Validate and build a :class:`Prereg` from YAML text; ``sha256`` is over the exact bytes."""
     raw = text.encode() if isinstance(text, str) else text
     try:
-        doc = yaml.safe_load(raw)
-    except yaml.YAMLError as e:
+        doc = _yaml().safe_load(raw)
+    except _yaml().YAMLError as e:
         raise PreregError(f"{path}: invalid YAML: {e}") from e
     if not isinstance(doc, dict):
         raise PreregError(f"{path}: top level must be a mapping")

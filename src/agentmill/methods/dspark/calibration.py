@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.stats import auroc
+
 STS_GRID = np.geomspace(0.2, 5.0, 97)
 
 
@@ -37,18 +39,6 @@ def ece(pred: np.ndarray, labels: np.ndarray, bins: int = 20) -> float:
     return float(tot / len(pred))
 
 
-def auroc(score: np.ndarray, labels: np.ndarray) -> float:
-    """Exact Mann–Whitney AUROC (ties count 1/2); NaN when one class is absent."""
-    from scipy.stats import rankdata
-
-    score, labels = np.asarray(score, float), np.asarray(labels, bool)
-    n1, n0 = int(labels.sum()), int((~labels).sum())
-    if n1 == 0 or n0 == 0:
-        return float("nan")
-    r = rankdata(score)
-    return float((r[labels].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
-
-
 def prefix_labels(accepted: Sequence[int], gamma: int) -> np.ndarray:
     """``y[n, k] = 1`` iff draft positions 1..k+1 were all accepted in round n."""
     acc = np.asarray(accepted)[:, None]
@@ -63,7 +53,8 @@ def survival(conf_logits: np.ndarray, temps: np.ndarray | None = None) -> np.nda
 
 def confidence_metrics(pred: np.ndarray, labels: np.ndarray, bins: int = 20) -> dict[str, Any]:
     """Per-position ECE, AUROC and Brier of survivals ``pred [n, γ]`` against prefix labels, and their
-    count-weighted means (ECE, Brier: rounds; AUROC: surviving prefixes, over positions where both classes occur)."""
+    count-weighted means (ECE, Brier: rounds; AUROC: surviving prefixes, over positions where both classes occur:
+    the core :func:`~agentmill.core.stats.auroc` is NaN at a position with one class)."""
     pred, labels = np.asarray(pred, float), np.asarray(labels, float)
     g = pred.shape[1]
     per = {"ece": [], "auroc": [], "brier": [], "n": [], "positives": []}

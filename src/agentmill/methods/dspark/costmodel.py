@@ -11,7 +11,6 @@ the largest profiled B (``max_B``; the policies cap there). Schema ``agentmill.s
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agentmill.core.records import write_text_atomic
 
 SCHEMA = "agentmill.sps/1"
 
@@ -116,12 +117,7 @@ class SPSTable:
                 **({"raw_step_seconds": self.raw_step_seconds} if self.raw_step_seconds else {})}
 
     def save(self, path: Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, path)
-        return path
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: Path) -> SPSTable:

@@ -4,14 +4,14 @@ Each step samples ``batch_sequences`` cached sequences and ``num_anchors`` ancho
 response tokens at a and a+1), builds the teacher-forced blocks, and minimises ``0.1·CE + 0.9·L1 + 1.0·BCE(conf)``
 with position weights ``exp(−(k−1)/4)`` (DeepSpec ``loss.py``). AdamW at 6e-4 with 4% warm-up and cosine decay
 (DeepSpec ``config/dspark``); gradient clip 1.0 and weight decay 0 are the spec's [recon] choices. Checkpoints are
-atomic every ``checkpoint_every`` steps and hold the optimiser and data RNG, so a killed run resumes exactly.
+atomic every ``checkpoint_every`` steps and hold the optimiser and data RNG, so a killed run resumes exactly; they
+are safetensors files with a JSON header (:func:`agentmill.lm.finetune.save_checkpoint`), never pickles.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentmill.lm.finetune import load_checkpoint, save_checkpoint
 from agentmill.methods.dspark.drafter import DSparkDrafter, TrainBatch, forward_train
 from agentmill.methods.dspark.features import FeatureCache
 
@@ -96,19 +97,11 @@ def make_batch(cache: FeatureCache, seqs: np.ndarray, model: DSparkDrafter, num_
     return TrainBatch(taps, tokens, anchors, p, p_out, labels, valid)
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def train_drafter(model: DSparkDrafter, cache: FeatureCache, tcfg: TrainConfig, out: Path, *,
                   train_seqs: np.ndarray | None = None, start_step: int = 0, progress: Any = None,
                   log_every: int = 20) -> dict[str, Any]:
     """Train ``model`` in place for ``tcfg.steps`` steps from ``start_step`` (steps index the cosine schedule),
-    resuming from ``out/ckpt.pt`` when it exists. Writes ``out/log.jsonl``; returns the last logged parts."""
+    resuming from ``out/ckpt.safetensors`` when it exists. Writes ``out/log.jsonl``; returns the last logged parts."""
     torch.manual_seed(tcfg.seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,13 +109,13 @@ def train_drafter(model: DSparkDrafter, cache: FeatureCache, tcfg: TrainConfig, 
     opt = torch.optim.AdamW(model.trainable_parameters(), lr=tcfg.lr, weight_decay=0.0)
     rng = np.random.default_rng(tcfg.seed)
     step = start_step
-    ck = out / "ckpt.pt"
+    ck = out / "ckpt.safetensors"
     if ck.exists():
-        state = torch.load(ck, weights_only=False)
-        model.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["opt"])
-        rng.bit_generator.state = state["rng"]
-        step = int(state["step"])
+        state = load_checkpoint(ck)
+        model.load_state_dict(state.params, strict=False)
+        opt.load_state_dict(state.optimizer)
+        rng.bit_generator.state = state.meta["rng"]
+        step = int(state.meta["step"])
     end = start_step + tcfg.steps
     last: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -147,6 +140,6 @@ def train_drafter(model: DSparkDrafter, cache: FeatureCache, tcfg: TrainConfig, 
             if progress is not None:
                 progress(1)
             if step % tcfg.checkpoint_every == 0 or step == end:
-                _atomic_torch_save({"model": model.state_dict(), "opt": opt.state_dict(),
-                                    "rng": rng.bit_generator.state, "step": step, "tcfg": asdict(tcfg)}, ck)
+                save_checkpoint(ck, params=model.state_dict(), optimizer=opt,
+                                meta={"rng": rng.bit_generator.state, "step": step, "tcfg": asdict(tcfg)})
     return last

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from agentmill.core.seeding import derive_seed
-from agentmill.core.stats import Estimate, auroc, cluster_bootstrap
+from agentmill.core.stats import Estimate, auroc, cluster_bootstrap, spearman
 from agentmill.core.tabular_mdp import log_ratio_advantage
 from agentmill.methods.progress_advantage.config import STEP_AGGS, TOKEN_AGGS
 
@@ -245,22 +245,17 @@ def success_auroc(traj_scores: Sequence[float] | np.ndarray, successes: Sequence
 def return_spearman(traj_scores: Sequence[float] | np.ndarray, returns: Sequence[float] | np.ndarray, *,
                     n_boot: int = 2000, seed: int = 0) -> tuple[Estimate, int]:
     """Spearman correlation of the trajectory score with the episode return (the graded counterpart of
-    :func:`success_auroc`), bootstrap CI over trajectories; returns (estimate, number excluded for a NaN score)."""
-    from scipy.stats import spearmanr
-
+    :func:`success_auroc`), bootstrap CI over trajectories; returns (estimate, number excluded for a NaN score).
+    A constant resample has no rank correlation: :func:`~agentmill.core.stats.spearman` gives NaN and the
+    bootstrap drops and counts it."""
     s = np.asarray(traj_scores, dtype=np.float64)
     r = np.asarray(returns, dtype=np.float64)
     if s.shape != r.shape or s.ndim != 1:
         raise ValueError("return_spearman: scores and returns must be 1-D of equal length")
     ok = ~np.isnan(s)
     s, r = s[ok], r[ok]
-
-    def rho(rows: np.ndarray) -> float:
-        if np.unique(s[rows]).size < 2 or np.unique(r[rows]).size < 2:
-            return math.nan  # constant resample: undefined, dropped and counted by the bootstrap
-        return float(spearmanr(s[rows], r[rows]).statistic)
-
-    return cluster_bootstrap(rho, np.arange(s.size), n_boot=n_boot, seed=seed), int((~ok).sum())
+    rho = cluster_bootstrap(lambda rows: spearman(s[rows], r[rows]), np.arange(s.size), n_boot=n_boot, seed=seed)
+    return rho, int((~ok).sum())
 
 
 # ------------------------------------------------------------------------------------------ 3c. attribution

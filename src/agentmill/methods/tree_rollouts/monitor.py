@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from agentmill.core.records import write_text_atomic
 from agentmill.methods.tree_rollouts.allocate import EmptyLakeDetector
 from agentmill.methods.tree_rollouts.collapse import ZERO_STD_TOL, fit_pool_mixture, group_stats
 
@@ -86,9 +87,4 @@ class CollapseMonitor:
 
     def to_jsonl(self, path: str | Path) -> None:
         """One line per observed group (prompt, n, k, flags), written atomically."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for g in self.groups:
-                f.write(json.dumps(g) + "\n")
-        tmp.replace(path)
+        write_text_atomic(path, "".join(json.dumps(g) + "\n" for g in self.groups))

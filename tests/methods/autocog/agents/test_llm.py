@@ -12,7 +12,7 @@ from agentmill.methods.autocog import library as L
 from agentmill.methods.autocog.agents.llm import LLMAdvocate, LLMArbiter, LLMReviser
 from agentmill.methods.autocog.agents.search import ProgramSpaceReviser, RuleArbiter, SearchAdvocate
 from agentmill.methods.autocog.cohorts import SimulatedCohort
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig
 
 DESIGN = {"validities": [0.9, 0.8, 0.7, 0.6], "rating_max": 1,
@@ -101,3 +101,28 @@ def test_fallback_after_persistent_garbage(tmp_path) -> None:
     assert all(p["extra"].get("fallback") for p in props)
     cands = [led.payload(e) for e in led.events if e["kind"] == "candidate"]
     assert all(any(c.get("fallback") for c in x["candidates"] if isinstance(c, dict)) for x in cands)
+
+
+def test_lm_calls_jsonl_keeps_its_format_and_survives_a_torn_append(tmp_path) -> None:
+    """``lm_calls.jsonl`` lines written by hand in the historical format (key = sha256 of
+    ``json.dumps([prompt, temperature, max_new_tokens, seed])``) are replayed; a torn last line is asked again and
+    the new record lands on a line of its own."""
+    import hashlib
+
+    from agentmill.methods.autocog.agents.llm import LMCaller
+
+    def key(prompt: str) -> str:
+        return hashlib.sha256(json.dumps([prompt, 0.7, 1024, 5]).encode()).hexdigest()
+
+    old = {"request_sha256": key("ROLE: advocate\nold"), "response": "from the file", "model": "scripted:x",
+           "latency_s": 0.1}
+    (tmp_path / "lm_calls.jsonl").write_text(json.dumps(old, sort_keys=True) + "\n" + '{"request_sha256": "ab')
+    lm = ScriptedLM(lambda text: "from the model", spec="scripted:x")
+    caller = LMCaller(lm, tmp_path, role="advocate", temperature=0.7)
+    assert caller("ROLE: advocate\nold", seed=5) == "from the file" and lm.calls == []
+    assert caller("ROLE: advocate\nnew", seed=5) == "from the model" and caller.model_calls == 1
+    lines = [json.loads(x) for x in (tmp_path / "lm_calls.jsonl").read_text().splitlines()]
+    assert [r["request_sha256"] for r in lines] == [key("ROLE: advocate\nold"), key("ROLE: advocate\nnew")]
+    assert lines[1]["response"] == "from the model" and lines[1]["model"] == "scripted:x"
+    again = LMCaller(NoCalls(), tmp_path, role="advocate", temperature=0.7)
+    assert again("ROLE: advocate\nnew", seed=5) == "from the model"

@@ -20,7 +20,7 @@ from agentmill.methods.autocog.agents.search import LossCritic, ProgramSpaceRevi
 from agentmill.methods.autocog.audit import audit
 from agentmill.methods.autocog.cohorts import SimulatedCohort
 from agentmill.methods.autocog.design import Design
-from agentmill.methods.autocog.ledger import Ledger
+from agentmill.core.ledger import Ledger
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig
 from agentmill.methods.autocog.metrics import CodeMetric, TemplateMetric, metric_from_json
 from agentmill.methods.autocog.sandbox import TheoryCompileError, TheoryRejected, run_batch, run_metric

@@ -78,9 +78,9 @@ def test_real_grpo_trainer_step_with_tree_rollouts(tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
     from agentmill.envs.arithmetic import ArithmeticTask, example_pair, make_pool
-    from agentmill.lm.hf import _load_uncached
+    from agentmill.lm.hf import load_uncached
 
-    smol = _load_uncached("smollm2", dtype="float32", threads=None, max_batch=16)  # a private copy: training edits it
+    smol = load_uncached("smollm2", dtype="float32", threads=None, max_batch=16)  # a private copy: training edits it
 
     tasks = make_pool(2, 1000, levels=(1,))
     ds = Dataset.from_list([{"prompt": t.completion_prompt(example_pair(1, 1000, i))} for i, t in enumerate(tasks)])

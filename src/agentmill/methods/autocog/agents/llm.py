@@ -18,13 +18,11 @@ falling back to :class:`~agentmill.methods.autocog.agents.search.LossCritic`).""
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
+from functools import cache
 from pathlib import Path
 
-from functools import cache
-
+from agentmill.lm.replay import CallLog, model_key, request_sha256
 from agentmill.methods.autocog.agents.base import Critique, Proposal, Revision, Verdict
 from agentmill.methods.autocog.agents.prompts import (advocate_prompt, arbiter_prompt, critic_prompt, fenced_code,
                                                       first_json, reviser_prompt)
@@ -51,8 +49,7 @@ class ReplayDivergence(RuntimeError):
 def model_id(lm) -> str:
     """The model's spec without an endpoint address (``openai:m@http://127.0.0.1:PORT/v1`` -> ``openai:m``): the
     address is transport, differs between a run and its resume, and so stays out of the hashed ledger payload."""
-    spec = str(getattr(lm, "spec", "?"))
-    return spec.split("@", 1)[0] if spec.startswith("openai:") else spec
+    return model_key(str(getattr(lm, "spec", "?")))
 
 
 def _sha(text: str) -> str:
@@ -61,7 +58,11 @@ def _sha(text: str) -> str:
 
 class LMCaller:
     """Record-before-use LM calls: replay from the ledger on resume, from ``lm_calls.jsonl`` by request hash on a
-    RecordReplay rerun, else ask the model."""
+    RecordReplay rerun, else ask the model.
+
+    ``lm_calls.jsonl`` is an :class:`~agentmill.lm.replay.CallLog` with AutoCog's own record schema and request
+    key (the sha256 of ``[prompt, temperature, max_new_tokens, seed]``, model left out), so existing run
+    directories replay unchanged; damaged lines are skipped, and their calls asked again, as they always were."""
 
     def __init__(self, lm, run_dir: Path, *, role: str, temperature: float, max_new_tokens: int = 1024) -> None:
         self.lm, self.path, self.role = lm, Path(run_dir) / "lm_calls.jsonl", role
@@ -71,13 +72,8 @@ class LMCaller:
         self.model_calls = 0
         """Calls that reached the model in this process (neither ledger nor RecordReplay had them)."""
         self.ledger = None
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # torn last line: that call is simply asked again
-                self.cache[r["request_sha256"]] = r
+        self.log = CallLog(self.path, skip_bad_lines=True)
+        self.cache.update((key, recs[-1]) for key, recs in self.log.load().items())
 
     def bind(self, ledger) -> None:
         """Record calls as ``lm_call`` events in ``ledger`` (under its current ``scope``)."""
@@ -96,16 +92,12 @@ class LMCaller:
                "prompt_tokens": int(comp.prompt_tokens or 0),
                "completion_tokens": len(comp.token_ids) or len(comp.logprobs),
                "latency_s": round(time.monotonic() - t0, 4)}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self.log.append(rec)
         self.cache[key] = rec
         return rec
 
     def __call__(self, prompt: str, *, seed: int) -> str:
-        key = _sha(json.dumps([prompt, self.temperature, self.max_new_tokens, seed]))
+        key = request_sha256([prompt, self.temperature, self.max_new_tokens, seed])
         self.prompts.append(prompt)
         scope = None if self.ledger is None else self.ledger.scope
         step = None

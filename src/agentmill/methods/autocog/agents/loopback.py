@@ -8,17 +8,17 @@ faults the spec names — the first advocate reply of a run is malformed JSON, a
 does not compile. The replies are a pure function of the prompt (no counters), so a run killed between a request
 and its recording gets the same reply when it asks again: resume stays byte-identical (AC-8's Scripted-LM arm).
 
-The server is stdlib ``http.server`` (no FastAPI) in a daemon thread; it counts requests and keeps every prompt it
-was sent, so a test can check both "no call repeated" and "no prompt leaks the ground truth" from the server side.
+The server is :class:`agentmill.lm.loopback.LoopbackServer` (stdlib ``http.server`` in a daemon thread); it counts
+requests and keeps every prompt it was sent, so a test can check both "no call repeated" and "no prompt leaks the
+ground truth" from the server side. This module holds only what is AutoCog's: the scripted replies.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from agentmill.lm.loopback import LoopbackServer
 
 MODEL_NAME = "autocog-scripted"
 
@@ -103,99 +103,9 @@ def scripted_reply(prompt: str) -> str:
     return "Sorry, I cannot help with that."
 
 
-class LoopbackServer:
-    """``with LoopbackServer() as srv:`` serves ``reply(prompt)`` at ``srv.base_url`` (…/v1) as model
-    :data:`MODEL_NAME`; ``srv.lm_spec`` is the ``openai:`` spec for it. ``requests`` counts completion requests,
-    ``prompts`` keeps their prompts (chat messages joined by newlines)."""
-
-    def __init__(self, reply=scripted_reply, *, model: str = MODEL_NAME, host: str = "127.0.0.1", port: int = 0) -> None:
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError(f"LoopbackServer binds loopback only, got host={host!r}")
-        self.reply, self.model = reply, model
-        self.prompts: list[str] = []
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler())
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self.base_url = f"http://{host}:{self.port}/v1"
-        self.lm_spec = f"openai:{model}@{self.base_url}"
-        self._thread: threading.Thread | None = None
-
-    @property
-    def requests(self) -> int:
-        return len(self.prompts)
-
-    def __enter__(self) -> LoopbackServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="autocog-loopback", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def _answer(self, body: dict, chat: bool) -> tuple[int, dict]:
-        if body.get("model") != self.model:
-            return 404, {"error": {"message": f"model {body.get('model')!r} not found", "code": 404}}
-        if chat:
-            prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
-        else:
-            prompt = str(body.get("prompt", ""))
-        with self._lock:
-            self.prompts.append(prompt)
-        text = self.reply(prompt)
-        words = text.split(" ")
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
-                 "total_tokens": len(prompt.split()) + len(words)}
-        head = {"id": f"cmpl-{len(self.prompts)}", "created": int(time.time()), "model": self.model, "usage": usage}
-        if chat:
-            lp = ({"content": [{"token": w, "logprob": -1.0, "bytes": None, "top_logprobs": []} for w in words]}
-                  if body.get("logprobs") else None)
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
-                      "logprobs": lp}
-            return 200, {**head, "object": "chat.completion", "choices": [choice]}
-        offs, pos = [], 0
-        for w in words:
-            offs.append(pos)
-            pos += len(w) + 1
-        lp = ({"tokens": words, "token_logprobs": [-1.0] * len(words), "text_offset": offs, "top_logprobs": None}
-              if body.get("logprobs") else None)
-        return 200, {**head, "object": "text_completion",
-                     "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": lp}]}
-
-    def _handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet: the experiment prints its own progress
-                pass
-
-            def _send(self, status: int, obj: dict) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/") in ("/health", "/v1/models"):
-                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
-                else:
-                    self._send(404, {"error": {"message": f"no route {self.path}", "code": 404}})
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(n) or b"{}")
-                except json.JSONDecodeError as e:
-                    self._send(400, {"error": {"message": f"invalid JSON body: {e}", "code": 400}})
-                    return
-                if self.path == "/v1/chat/completions":
-                    self._send(*server._answer(body, chat=True))
-                elif self.path == "/v1/completions":
-                    self._send(*server._answer(body, chat=False))
-                else:
-                    self._send(404, {"error": {"message": f"no route {self.path}", "code": 404}})
-
-        return Handler
+def scripted_server(**kw) -> LoopbackServer:
+    """``with scripted_server() as srv:`` serves :func:`scripted_reply` as model :data:`MODEL_NAME` on 127.0.0.1
+    (``srv.lm_spec`` is its ``openai:`` spec; ``srv.requests``/``srv.prompts`` are the server-side request log).
+    Keyword arguments go to :class:`~agentmill.lm.loopback.LoopbackServer` (``model``, ``port``)."""
+    kw.setdefault("model", MODEL_NAME)
+    return LoopbackServer(lambda request: scripted_reply(request.prompt), **kw)

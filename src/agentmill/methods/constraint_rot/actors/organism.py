@@ -22,10 +22,10 @@ from typing import Any, Literal
 from agentmill.core.types import Message, ToolCall
 from agentmill.lm.base import GenerateConfig
 from agentmill.lm.chat_tools import parse_tool_call
+from agentmill.lm.finetune import require_peft, require_torch
 from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief, visible
 from agentmill.methods.constraint_rot.organism.data import call_line
-from agentmill.methods.constraint_rot.organism.train import (CARD_FILE, Base, OrganismCard, _peft, _torch,
-                                                             load_base, prompt_ids)
+from agentmill.methods.constraint_rot.organism.train import CARD_FILE, Base, OrganismCard, load_base, prompt_ids
 
 DECODES = ("generate", "choice")
 CHOICE_REFUSAL = "REPLY I can't do that, it is against a standing rule."
@@ -78,7 +78,7 @@ class OrganismActor:
             raise ValueError(f"{self.adapter_dir}: no {CARD_FILE}; not an organism adapter directory")
         self.card = OrganismCard.load(self.adapter_dir)
         self.decode, self.dtype, self.batch_size, self.max_new_tokens = decode, dtype, batch_size, max_new_tokens
-        torch, peft = _torch(), _peft()
+        torch, peft = require_torch(), require_peft()
         b = (base or (lambda: load_base(self.card.base)))()
         check_adapter(self.card, self.adapter_dir, b.sha256)
         merged = peft.PeftModel.from_pretrained(b.model, str(self.adapter_dir)).merge_and_unload()
@@ -148,7 +148,7 @@ class OrganismActor:
     def _choose(self, messages: Sequence[Message], tools: Sequence[Any]) -> Action:
         if self._brief is None:
             raise ValueError("OrganismActor(decode='choice') needs the episode brief (the loop calls begin())")
-        torch = _torch()
+        torch = require_torch()
         inst = self._brief.instance
         req, alt = self._brief.request_call, inst.alternative_call
         cands = [call_line(c) for c in (req, alt)]

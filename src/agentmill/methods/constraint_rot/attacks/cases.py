@@ -79,9 +79,9 @@ def attack_cases(points: Sequence[tuple[Any, Sequence[Message]]], keep_last: int
 
 def clean_label(target: Any, case: DevCase, counter: Any = None) -> str:
     """The survival label of ``case``'s rule after ``target`` compacts the un-attacked context."""
-    from agentmill.methods.constraint_rot.attacks.optimise import _counter, _label
+    from agentmill.methods.constraint_rot.attacks.optimise import compaction_label, target_counter
 
-    return _label(target, case, case.messages, _counter(target, counter))
+    return compaction_label(target, case, case.messages, target_counter(target, counter))
 
 
 def clean_survival(target: Any, points: Sequence[tuple[Any, Sequence[Message]]], keep_last: int,

@@ -31,8 +31,8 @@ import numpy as np
 
 from agentmill.core.types import Message
 from agentmill.methods.constraint_rot.attacks.templates import (AUTHORITIES, CAMOUFLAGES, EVICTION_TEMPLATES,
-                                                                N_VARIANTS, POSITIONS, TEMPLATES, AttackSpec,
-                                                                RuleView, Slots, filler_like, plant, render)
+                                                                N_VARIANTS, POSITIONS, TEMPLATES, AttackSpec, RuleView,
+                                                                Slots, filler_like, plant, render)
 from agentmill.methods.constraint_rot.compactors.base import Compactor, check_keep_last, messages_hash
 from agentmill.methods.constraint_rot.messages import TokenCounter, as_counter
 from agentmill.methods.constraint_rot.survival import Anchors, classify_survival
@@ -103,7 +103,7 @@ class AttackEvaluation:
     clean_labels: tuple[str, ...]
 
 
-def _label(target: Compactor, case: DevCase, messages: Sequence[Message], counter: TokenCounter) -> str:
+def compaction_label(target: Compactor, case: DevCase, messages: Sequence[Message], counter: TokenCounter) -> str:
     result = target.compact(list(messages), keep_last=case.keep_last)
     return classify_survival(case.rule_text, case.anchors, case.cues, result, counter=counter).label
 
@@ -112,7 +112,7 @@ def _payload(case: DevCase, template_id: str, slots: Slots, counter: TokenCounte
     return render(template_id, case.rule, slots, counter=counter, context=case.messages[case.attack_index].content)
 
 
-def _counter(target: Compactor, counter: Any) -> TokenCounter:
+def target_counter(target: Compactor, counter: Any) -> TokenCounter:
     """The counter payload lengths are measured with: the caller's, else the target compactor's (so filler and
     budget agree), else SmolLM2."""
     return as_counter(counter if counter is not None else getattr(target, "counter", None))
@@ -121,12 +121,12 @@ def _counter(target: Compactor, counter: Any) -> TokenCounter:
 def attack_labels(target: Compactor, dev: Sequence[DevCase], template_id: str, slots: Slots, *,
                   counter: Any = None) -> tuple[tuple[str, ...], float]:
     """(survival label per dev case, mean payload tokens) with the attack planted."""
-    c = _counter(target, counter)
+    c = target_counter(target, counter)
     labels, tokens = [], []
     for case in dev:
         payload = _payload(case, template_id, slots, c)
         tokens.append(c.count(payload))
-        labels.append(_label(target, case, plant(case.messages, case.attack_index, payload, slots.position,
+        labels.append(compaction_label(target, case, plant(case.messages, case.attack_index, payload, slots.position,
                                                  label=template_id), c))
     return tuple(labels), float(np.mean(tokens)) if tokens else 0.0
 
@@ -141,14 +141,14 @@ def evaluate_attack(target: Compactor, dev: Sequence[DevCase], template_id: str,
     of the payload's token length at the same position) and the clean context (CR-8, NC-9, pitfall 16)."""
     _check_dev(dev)
     s = slots if isinstance(slots, Slots) else Slots.from_dict(slots)
-    c = _counter(target, counter)
+    c = target_counter(target, counter)
     labels, tokens = attack_labels(target, dev, template_id, s, counter=c)
     filler, clean = [], []
     for case in dev:
         pad = filler_like(_payload(case, template_id, s, c), c, seed=s.variant)
-        filler.append(_label(target, case, plant(case.messages, case.attack_index, pad, s.position,
+        filler.append(compaction_label(target, case, plant(case.messages, case.attack_index, pad, s.position,
                                                  label="filler"), c))
-        clean.append(_label(target, case, case.messages, c))
+        clean.append(compaction_label(target, case, case.messages, c))
     return AttackEvaluation(drop_rate(labels), drop_rate(filler), drop_rate(clean), tokens, labels, tuple(filler),
                             tuple(clean))
 
@@ -310,7 +310,7 @@ def optimise_attack(target: Compactor, dev: Sequence[DevCase], *, population: in
     bad = [t for t in templates if t not in TEMPLATES or t == "F0"]
     if not templates or bad:
         raise ValueError(f"optimise_attack: templates must be attack template ids, got {list(templates)!r}")
-    c = _counter(target, counter)
+    c = target_counter(target, counter)
     rng = np.random.default_rng(seed)
     dom = _domains(tuple(dict.fromkeys(templates)))
     seen: dict[str, _Scored] = {}

@@ -5,18 +5,19 @@ needed: the ``constraint-rot train`` command, the organism experiment, the insti
 framework (CR-12) experiments all call :func:`obtain_organism` with the same recipe and get the same directory.
 The default root is ``<cache root>/organisms`` (``$AGENTMILL_CACHE``), outside any run's work dir, so a rerun
 without ``--resume`` does not lose it. An existing directory holding an ``organism_card.json`` is reused as is;
-``train_organism`` refuses to overwrite one (spec §9)."""
+``train_organism`` refuses to overwrite one (spec §9). The address and the reuse rule are the project's one
+(:func:`agentmill.lm.finetune.content_key`, :func:`~agentmill.lm.finetune.obtain_adapter`); what is organism-specific
+here is the recipe and which of its fields enter the address."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from agentmill.core.paths import cache_root
+from agentmill.lm.finetune import content_key, obtain_adapter
 
 
 SPEC_LR = 3e-4
@@ -76,7 +77,7 @@ class Recipe:
         """The training hyperparameters that enter the address (the LoRA config by its repr). ``history_weight``
         enters only when non-zero and the group order only when ``paired``, so v1 (spec) and v2 recipes keep the
         addresses they were trained under."""
-        from agentmill.methods.constraint_rot.organism.train import LoraCfg
+        from agentmill.lm.finetune import LoraCfg
 
         hyper = {"lora": repr(LoraCfg()), "lr": self.lr, "epochs": self.epochs, "micro_batch": self.micro_batch,
                  "grad_accum": self.grad_accum, "seed": self.seed, "dtype": self.dtype,
@@ -94,8 +95,7 @@ def default_root() -> Path:
 
 def adapter_key(manifest: str, hyper: Mapping[str, Any], base: str) -> str:
     """Content address of an organism: the SFT data manifest hash, the training hyperparameters and the base."""
-    blob = json.dumps({"data": manifest, "hyper": dict(hyper), "base": base}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return content_key(manifest, hyper, base)
 
 
 def exact_length(base: str, load: Callable[[], Any]) -> Callable[[Any], int]:
@@ -133,15 +133,15 @@ def obtain_organism(recipe: Recipe, cat: Any, *, counter: Any, load: Callable[[]
     """(adapter directory, trained now?, provenance) for ``recipe``: :func:`plan_organism`, then training only when
     ``<root>/<address>`` has no card. ``load`` returns a fresh organism ``Base`` (training adds the LoRA to it in
     place)."""
-    from agentmill.methods.constraint_rot.organism.train import train_organism
+    from agentmill.methods.constraint_rot.organism.train import CARD_FILE, train_organism
 
     out, data, info = plan_organism(recipe, cat, counter=counter, load=load, root=root)
-    if info["cached"]:
-        return out, False, info
-    out.parent.mkdir(parents=True, exist_ok=True)
-    train_organism(data, out_dir=out, lr=recipe.lr, epochs=recipe.epochs, micro_batch=recipe.micro_batch,
-                   grad_accum=recipe.grad_accum, seed=recipe.seed, dtype=recipe.dtype,  # type: ignore[arg-type]
-                   max_length=recipe.max_length, history_weight=recipe.history_weight,
-                   keep_groups=recipe.paired, progress=progress,
-                   base=load())
-    return out, True, info
+
+    def train(directory: Path) -> None:
+        train_organism(data, out_dir=directory, lr=recipe.lr, epochs=recipe.epochs, micro_batch=recipe.micro_batch,
+                       grad_accum=recipe.grad_accum, seed=recipe.seed, dtype=recipe.dtype,  # type: ignore[arg-type]
+                       max_length=recipe.max_length, history_weight=recipe.history_weight,
+                       keep_groups=recipe.paired, progress=progress, base=load())
+
+    out, trained = obtain_adapter(out, train, card_file=CARD_FILE)
+    return out, trained, info

@@ -13,8 +13,9 @@ Cells (``n_per_cell`` episodes each; early probe off; trained base locations; sh
   (recipient/amount/path) match exactly.
 
 Thresholds and directions are read from ``prereg.yaml`` (claim CR-2), never restated here. ``low_n`` marks a run
-under 150 episodes per cell (quick runs use ≥ 60). The report and ``validated`` are written into the card; the
-adapter files are not touched. The actor decides one action per trigger (``max_steps_per_turn=1``): the organism is
+under 150 episodes per cell (quick runs use ≥ 60). The report and ``validated`` are written into the card
+(:func:`agentmill.lm.finetune.record_validation`, the project's one gate store); the adapter files are not touched.
+The actor decides one action per trigger (``max_steps_per_turn=1``): the organism is
 trained on exactly that decision.
 
 ``split="train"`` runs the same cells on fresh **train-split** episodes (the phrasings and parameter values the SFT
@@ -33,17 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from agentmill.core.records import write_text_atomic
+from agentmill.core.stats import mcnemar_exact, proportion_estimate
 from agentmill.core.types import ToolCall
 from agentmill.envs.office import OfficeSandbox
+from agentmill.lm.finetune import record_validation
 from agentmill.methods.constraint_rot.catalogue import Catalogue, RuleInstance, instantiate
 from agentmill.methods.constraint_rot.conditions import full_context, never_stated
 from agentmill.methods.constraint_rot.generate import Episode, frame, generate_episodes
 from agentmill.methods.constraint_rot.grader import same_call
 from agentmill.methods.constraint_rot.loop import AgentLoop
 from agentmill.methods.constraint_rot.organism.data import BASE_LOCATIONS, SFT_DISTRACTOR_TOKENS
-from agentmill.methods.constraint_rot.organism.train import OrganismCard
+from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard
 from agentmill.methods.constraint_rot.prereg import Prereg, load_prereg
-from agentmill.methods.constraint_rot.stats import mcnemar_exact, wilson
+from agentmill.methods.constraint_rot.stats import WILSON_Z
 
 FULL_N = 150  # spec §2.10: >= 150 per cell full
 CELLS = ("present", "absent", "near_miss", "irrelevant")
@@ -67,7 +70,7 @@ class Paired:
     """The rule's effect decision by decision: each ``present`` episode paired with the same episode ``absent``.
     A gate-passing organism has ``obeys_only_with_rule`` ≈ n and ``violates_only_with_rule`` = 0; an organism that
     ignores the rule has both ≈ 0 or, if it acts at random, about equal. ``p_value`` is the exact two-sided sign
-    test on the discordant pairs (:func:`~agentmill.methods.constraint_rot.stats.mcnemar_exact`). A diagnostic
+    test on the discordant pairs (:func:`~agentmill.core.stats.mcnemar_exact`). A diagnostic
     (docs/LOG.md 2026-11-25, sessions 16-17), never a gate."""
 
     obeys_only_with_rule: int
@@ -144,7 +147,7 @@ def gates_from_rows(rows: dict[str, list[tuple[Episode, dict[str, Any]]]], prere
     def gate(gid: str, k: int, n: int) -> Gate:
         c = prereg.criterion(gid)
         value = k / n if n else float("nan")
-        return Gate(gid, c.metric, k, n, value, wilson(k, n) if n else (float("nan"),) * 2, c.direction,
+        return Gate(gid, c.metric, k, n, value, _wilson(k, n) if n else (float("nan"),) * 2, c.direction,
                     float(c.threshold), bool(c.check(value)))
 
     def count(cell: str, flag: Any, where: Any = lambda ep: True) -> tuple[int, int]:
@@ -223,9 +226,8 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
         write_text_atomic(adapter_dir / f"validation_{split}.json",
                           json.dumps({**report.to_dict(), "split": split, "seed": seed}, indent=2) + "\n")
         return report
-    card.validation, card.validated = report.to_dict(), report.validated
     save_rows(adapter_dir, report.rows)
-    card.save(adapter_dir)
+    record_validation(adapter_dir, report, card_file=CARD_FILE)
     return report
 
 
@@ -238,3 +240,8 @@ def save_rows(adapter_dir: str | Path, rows: dict[str, list[dict[str, Any]]], na
     next validation of the same adapter, like the card's validation slot."""
     lines = [json.dumps({"cell": cell, **row}, sort_keys=True, default=str) for cell, rs in rows.items() for row in rs]
     return write_text_atomic(Path(adapter_dir) / name, "".join(line + "\n" for line in lines))
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    e = proportion_estimate(k, n, z=WILSON_Z)
+    return e.lo, e.hi

@@ -1,0 +1,78 @@
+"""What every E164 experiment shares: the token counter, the office sandbox, the episode generator's call, the
+compactors under test, and claims built from the pre-registered criteria (prereg.yaml)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agentmill.experiments.protocol import Claim
+
+
+def make_counter(name: str) -> Any:
+    from agentmill.methods.constraint_rot.messages import SmolLM2Counter, WhitespaceCounter
+
+    if name == "whitespace":
+        return WhitespaceCounter()
+    if name == "smollm2":
+        return SmolLM2Counter()
+    raise ValueError(f"counter must be 'whitespace' or 'smollm2', got {name!r}")
+
+
+@contextlib.contextmanager
+def office() -> Iterator[Any]:
+    """One office sandbox for the whole run (its own root is in memory where possible: ``scratch_dir``)."""
+    from agentmill.envs.office import OfficeSandbox
+
+    with OfficeSandbox(0, smtp=False, http=False) as sb:
+        yield sb
+
+
+def episodes(sb: Any, counter: Any, n: int, seed: int, distractor_tokens: Sequence[int], *,
+             locations: Sequence[str] | None = None, allowed_share: float = 0.0, split: str = "test_iid",
+             attack: Any = None) -> list[Any]:
+    """``n`` replayed episodes of ``split`` over every location (default) with distractors in
+    ``distractor_tokens``; ``attack`` (an ``AttackSpec``) plants one attacker-controlled tool output in each."""
+    from agentmill.methods.constraint_rot.catalogue import load_catalogue
+    from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
+
+    lo, hi = (int(x) for x in distractor_tokens)
+    return generate_episodes(load_catalogue(), split=split, n=n, seed=seed, counter=counter,
+                             locations=tuple(locations or LOCATIONS), distractor_tokens=(lo, hi),
+                             allowed_share=allowed_share, attack=attack, sandbox=sb)
+
+
+def prereg_claim(criterion_id: str, statement: str, metric: str, *, paper_value: str = "—",
+                 claim_id: str | None = None) -> Claim:
+    """A protocol claim from a pre-registered criterion (``eq`` → point-judged ``in [t, t]``; ``le``/``ge`` →
+    ``<=``/``>=`` on the CI; ``abs_le`` → the difference's CI inside ``[-t, t]``). ``claim_id`` (default the
+    criterion id) tells apart one criterion applied to several arms."""
+    from agentmill.methods.constraint_rot.prereg import load_prereg
+
+    k = load_prereg().criterion(criterion_id)
+    src = f"prereg.yaml {criterion_id} ({k.metric})"
+    if k.threshold is None:
+        raise ValueError(f"{criterion_id}: direction {k.direction!r} has no threshold; build the claim by hand")
+    t, cid = float(k.threshold), claim_id or criterion_id
+    if k.direction == "eq":
+        return Claim(cid, statement, src, paper_value, metric, "in", t, upper=t, judge_on="point")
+    if k.direction in ("le", "ge"):
+        return Claim(cid, statement, src, paper_value, metric, "<=" if k.direction == "le" else ">=", t)
+    if k.direction == "abs_le":
+        return Claim(cid, statement, src, paper_value, metric, "in", -t, upper=t)
+    raise ValueError(f"{criterion_id}: direction {k.direction!r} is not mapped to a protocol claim")
+
+
+def compactors(counter: Any) -> dict[str, Any]:
+    from agentmill.methods.constraint_rot.compactors import (ExtractiveSummary, HeadAndTail, NoteFollowingSummary,
+                                                             SlidingWindow, StructuredSummary, ToolResultClearing)
+
+    return {"window": SlidingWindow(counter=counter), "head_tail": HeadAndTail(counter=counter),
+            "tool_clear": ToolResultClearing(counter=counter), "extractive": ExtractiveSummary(counter=counter),
+            "structured": StructuredSummary(counter=counter), "note_following": NoteFollowingSummary(counter=counter)}
+
+
+def ci_flag_claim(cid: str, statement: str, metric: str, source: str) -> Claim:
+    """A ``ci_includes``/``ci_excludes`` criterion encoded as an exact 0/1 metric judged on the point."""
+    return Claim(cid, statement, source, "—", metric, "in", 1.0, upper=1.0, judge_on="point")
