@@ -15,6 +15,7 @@ experiment package (it reaches experiments through the registry); and no module 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -166,11 +167,16 @@ def room_violations(path: Path, src: Path = SRC, experiments: set[str] | None = 
     return found
 
 
+@functools.cache
+def _module_names(src: Path) -> frozenset[str]:
+    return frozenset(_dotted_in(p, src) for p in src.rglob("*.py"))
+
+
 def private_violations(path: Path, src: Path = SRC) -> list[str]:
     """Imports of another agentmill module's ``_private`` name, directly or as ``alias._name`` on an imported
     module."""
     own = _dotted_in(path, src)
-    modules = {_dotted_in(p, src) for p in src.rglob("*.py")}
+    modules = _module_names(src)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     aliases: dict[str, str] = {}
     found = []

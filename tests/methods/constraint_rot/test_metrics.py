@@ -13,8 +13,8 @@ from agentmill.methods.constraint_rot.metrics import (PRECONDITION_NOT_MET, cell
                                                       decay_precondition, load_rows, shuffle_conditions,
                                                       split_summary_failed, summarise, validate_rows)
 from agentmill.methods.constraint_rot.prereg import PreregError, default_prereg_path, load_prereg, parse_prereg
-from agentmill.core.stats import proportion_estimate
 from agentmill.methods.constraint_rot.stats import WILSON_Z
+from tests.methods.constraint_rot.contexts import wilson
 
 B = 200
 
@@ -342,9 +342,3 @@ def test_compactor_groups_and_split_summary_failed():
     assert rows[0]["compactor"] == "x"  # the input rows are not modified
     kept, failed = split_summary_failed(g)
     assert [r["episode_id"] for r in kept] == ["a", "c"] and [r["episode_id"] for r in failed] == ["b"]
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """The interval ConstraintRot records for ``k/n``: the core's Wilson estimate at ``z = WILSON_Z``."""
-    e = proportion_estimate(k, n, z=WILSON_Z)
-    return e.lo, e.hi

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentmill.core.stats import proportion_estimate
 from agentmill.methods.constraint_rot.stats import WILSON_Z
+from tests.methods.constraint_rot.contexts import wilson
 
 
 # -- Wilson ----------------------------------------------------------------------------------------------------------
@@ -30,9 +30,3 @@ def test_wilson_z_is_the_recorded_level():
 
     e = proportion_estimate(3, 10, z=WILSON_Z)
     assert e.level == pytest.approx(0.9500042, abs=1e-7) and (e.lo, e.hi) == wilson(3, 10)
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """The interval ConstraintRot records for ``k/n``: the core's Wilson estimate at ``z = WILSON_Z``."""
-    e = proportion_estimate(k, n, z=WILSON_Z)
-    return e.lo, e.hi
