@@ -2,6 +2,7 @@
 # needs (re-running is cheap: the install is skipped while pyproject.toml is unchanged).
 #   make reproduce   install, then run the main job: agentmill reproduce --profile quick (writes report/index.html)
 #   make test        install (plus Debian chromium for the browser tests), then run the test suite
+# Both install Debian's bubblewrap when missing: the sandbox for LLM-written code.
 
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
@@ -12,7 +13,7 @@ PYTEST_ARGS ?=
 # 0.1 ms under load (docs/LOG.md, 2026-11-25). Small linear algebra is faster on one thread here.
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install reproduce test browser-deps benchmark
+.PHONY: install reproduce test browser-deps sandbox-deps benchmark
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,10 +33,17 @@ browser-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
-reproduce: install
+# Untrusted code (LLM-written theories and metrics) runs under bubblewrap: a read-only filesystem, a private /tmp,
+# no network, no new privileges (core/sandbox.py). Debian's package; you are root on the project's machines.
+sandbox-deps:
+	@if ! command -v bwrap >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	fi
+
+reproduce: install sandbox-deps
 	HF_HUB_OFFLINE=1 $(VENV)/bin/agentmill reproduce --profile $(PROFILE)
 
-test: install browser-deps
+test: install browser-deps sandbox-deps
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 benchmark: install
