@@ -431,7 +431,8 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
 
     for k, v in layers().items():
         print(f"{k:28s} {v}")
-    print("note: contains LLM mistakes and casual misuse; not a boundary against a determined attacker (PEP 578)")
+    print("note: the boundary is bubblewrap + seccomp (kernel-enforced); the AST policy and audit hook are defence in "
+          "depth (PEP 578); answers are validated by the parent")
     return 0
 
 

@@ -14,19 +14,28 @@ Layers:
 2. a fresh ``python -I`` child in its own session with rlimits (``SandboxLimits``: CPU soft/hard seconds, address
    space, file size, open files, no core file), started in a fresh temp dir as its working directory, with a
    minimal environment (one BLAS thread), and a parent wall-clock watchdog that kills the whole process group;
-3. no network: ``unshare(CLONE_NEWUSER|CLONE_NEWNET)`` through ctypes where the kernel allows it, and always an
-   audit hook (installed after the policy's modules are imported) that rejects sockets, subprocess/exec/fork/spawn,
-   ctypes, os-level file mutation, any new import, and every file open — or, with ``files="tmpdir"``, every open
-   outside the child's temp dir; the source runs with a curated set of builtins and an ``__import__`` that only
-   returns already-loaded modules of the allowed packages; ``print`` goes to a capped sink, never the answer pipe.
+3. the operating-system boundary (:mod:`agentmill.core.bubblewrap`): the child runs under bubblewrap as uid
+   65534 in fresh user/mount/pid/network/IPC/UTS namespaces with no capabilities and no new privileges; it sees
+   ``/usr`` and the interpreter's own directories read-only, its own ``/proc`` and a size-capped private ``/tmp``
+   (its working directory) and nothing else of the machine; its network has only an empty loopback;
+4. a seccomp filter (:mod:`agentmill.core.seccomp`) the child installs on itself before the source runs: no new
+   processes, no ``execve``, no sockets, no ``ptrace``/``process_vm_*``, no namespaces;
+5. an audit hook (installed after the policy's modules are imported) that rejects sockets, subprocess/exec/fork/
+   spawn, ctypes, os-level file mutation, frame and ``gc`` walking, setting function code, any new import, and every
+   file open — or, with ``files="tmpdir"``, every open outside the working dir; the source runs with a curated set
+   of builtins and an ``__import__`` that only returns already-loaded modules of the allowed packages; ``print``
+   goes to a capped sink, never the answer pipe.
 
 :func:`run_child` runs one source in one fresh child. :class:`SandboxSession` keeps one child alive for many small
 calls (JSON lines over its stdin/stdout), each call with its own time limit; after a timeout, a crash, a memory
 error or a violation the child is killed and the next call starts a fresh one.
 
-Honesty: this contains model mistakes and casual misuse; it is NOT a boundary against a determined attacker.
-CPython audit hooks are not a security mechanism (PEP 578): code that reaches interpreter internals can remove or
-bypass them, and calls of one session share an interpreter (a call can leave state behind for the next).
+Layers 1 and 5 are defence in depth: CPython audit hooks are not a security mechanism (PEP 578), and code that
+reaches interpreter internals can remove them. The boundary is layers 2–4, which the kernel enforces. A child can
+still write anything to its answer pipe, so an answer is data the caller validates (types, shapes, finiteness,
+consistency), never a verdict. Calls of one session share an interpreter (a call can leave state behind for the
+next). Without bubblewrap the sandbox refuses to run unless ``AGENTMILL_SANDBOX=python-only`` accepts layers 1, 2,
+4 and 5 alone.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from agentmill.core import bubblewrap, seccomp
 
 
 class SandboxError(Exception):
@@ -83,6 +94,12 @@ class SandboxMemory(SandboxError):
     kind = "memory"
 
 
+class SandboxUnavailable(SandboxError):
+    """The operating-system boundary cannot run on this machine (and ``AGENTMILL_SANDBOX`` does not accept less)."""
+
+    kind = "unavailable"
+
+
 class SandboxViolation(SandboxError):
     """The source tried something the run-time layer forbids (a file, a socket, a process, an import)."""
 
@@ -96,6 +113,16 @@ ERRORS_BY_KIND: dict[str, type[SandboxError]] = {"compile": CodeCompileError, "o
 FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "getattr",
                              "setattr", "delattr", "input", "breakpoint"})
 """Builtins that evaluate strings, reach namespaces or attributes by name, or touch files."""
+
+INTERNAL_ATTRS = FORBIDDEN_NAMES | frozenset({
+    # modules that lead to the real builtins, the interpreter, the OS or the garbage collector (np.ma.core.builtins)
+    "builtins", "sys", "os", "posix", "gc", "inspect", "ctypes", "subprocess", "importlib", "io", "shutil", "socket",
+    "signal", "threading", "multiprocessing", "pickle", "marshal", "runpy", "resource", "pathlib", "tempfile", "mmap",
+    "weakref", "warnings", "traceback", "linecache", "atexit",
+    # frames, generators' frames, code objects and tracebacks (frame walking)
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "gi_frame", "gi_code", "cr_frame",
+    "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code", "co_consts"})
+"""Attributes no source may use, whatever its policy: they reach interpreter internals through allowed modules."""
 
 SAFE_BUILTINS = ("abs", "all", "any", "bool", "dict", "enumerate", "float", "int", "len", "list", "max", "min",
                  "range", "round", "sorted", "sum", "tuple", "zip", "reversed", "isinstance", "ValueError",
@@ -149,10 +176,12 @@ class SandboxLimits:
     """RLIMIT_FSIZE in bytes: 0 means no file can grow at all."""
     max_open_files: int = 32
     """RLIMIT_NOFILE."""
+    tmp_bytes: int = 16 << 20
+    """Size of the child's private ``/tmp`` (a tmpfs under bubblewrap): all its files together."""
 
     def __post_init__(self) -> None:
         if not (self.wall_s > 0 and self.cpu_s > 0 and self.cpu_hard_s >= self.cpu_s and self.memory_bytes > 0
-                and self.max_file_bytes >= 0 and self.max_open_files > 0):
+                and self.max_file_bytes >= 0 and self.max_open_files > 0 and self.tmp_bytes > 0):
             raise ValueError(f"SandboxLimits out of range: {self}")
 
 
@@ -177,8 +206,9 @@ def check_source(source: str, policy: SandboxPolicy, *, entry: str | None = None
         elif isinstance(node, ast.Attribute):
             if node.attr.startswith("_"):
                 raise CodeRejected(f"attribute {node.attr!r} is not allowed (underscore)", line)
-            if node.attr in policy.forbidden_attrs or any(node.attr.startswith(p)
-                                                          for p in policy.forbidden_attr_prefixes):
+            internal = node.attr in INTERNAL_ATTRS and node.attr not in policy.imports  # the policy chose it
+            if internal or node.attr in policy.forbidden_attrs or any(node.attr.startswith(p)
+                                                                     for p in policy.forbidden_attr_prefixes):
                 raise CodeRejected(f"attribute {node.attr!r} is not allowed", line)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             raise CodeRejected("global/nonlocal are not allowed", line)
@@ -199,12 +229,13 @@ layers = {"unshare_net": False}
 for _name, _mod in CONFIG["namespace"]:
     globals()[_name] = sys.modules[_mod]
 ALLOWED_ROOTS = tuple(m.split(".")[0] for m in CONFIG["imports"])
-try:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    layers["unshare_net"] = libc.unshare(0x10000000 | 0x40000000) == 0
-except Exception:
-    pass
+if not CONFIG["bwrap"]:  # under bubblewrap the network namespace is already private (and userns creation refused)
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        layers["unshare_net"] = libc.unshare(0x10000000 | 0x40000000) == 0
+    except Exception:
+        pass
 if not CONFIG["session"]:
     data = sys.stdin.buffer.read()
     req = json.loads(data)
@@ -223,8 +254,15 @@ sys.stdout = Sink()
 BLOCK = ("socket.", "subprocess.", "os.system", "os.exec", "os.fork", "os.posix_spawn", "os.spawn", "ctypes.",
          "os.remove", "os.unlink", "os.rename", "os.mkdir", "os.rmdir", "os.chmod", "os.truncate", "shutil.",
          "os.kill", "os.putenv", "os.chdir", "os.link", "os.symlink", "os.listdir", "os.scandir", "glob.")
+HOOK_EVENTS = ("object.__getattr__", "object.__setattr__", "object.__delattr__", "sys._getframe",
+               "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_objects", "gc.get_referrers",
+               "gc.get_referents", "function.__new__", "code.__new__")
 ROOT = os.getcwd()
 TMPDIR_FILES = CONFIG["files"] == "tmpdir"
+if CONFIG["seccomp"]:  # kernel-enforced and irrevocable: fail closed rather than run without it
+    if not install_seccomp(CONFIG["seccomp"]):
+        raise SystemExit("sandbox: the seccomp filter could not be installed")
+    layers["seccomp"] = True
 loaded = set(sys.modules)
 def hook(event, args):
     if event == "open":
@@ -237,7 +275,7 @@ def hook(event, args):
         raise PermissionError("sandbox: file access is not allowed")
     if event == "import" and args[0] not in loaded:
         raise ImportError("sandbox: import of " + str(args[0]) + " is not allowed")
-    if event.startswith(BLOCK) or event in ("object.__getattr__",):
+    if event.startswith(BLOCK) or event in HOOK_EVENTS:
         raise PermissionError("sandbox: " + event + " is not allowed")
 sys.addaudithook(hook)
 layers["audit_hook"] = True
@@ -328,13 +366,32 @@ out.write(res); out.flush()
 its one JSON answer goes), ``fail(kind, msg)``, ``layers``, ``json``, ``sys`` and the policy's namespace names."""
 
 
-def _child_script(policy: SandboxPolicy, limits: SandboxLimits, harness: str, prelude: str, session: bool) -> str:
+def _child_script(policy: SandboxPolicy, limits: SandboxLimits, harness: str, prelude: str, session: bool,
+                  isolation: str) -> str:
+    program = seccomp.deny_filter()
     config = {"imports": list(policy.imports), "preload": list(policy.preload),
               "namespace": [list(p) for p in policy.namespace], "builtins": list(policy.builtins),
-              "files": policy.files, "session": session, "cpu_s": limits.cpu_s,
+              "files": policy.files, "session": session, "cpu_s": limits.cpu_s, "bwrap": isolation == "bwrap",
+              "seccomp": program.hex() if program else "",
               "harness": harness if session else ""}  # a one-shot child runs the harness as part of its script
     head = f"import sys, json\nCONFIG = json.loads({json.dumps(config)!r})\n"
-    return prelude + head + CHILD_SETUP + (CHILD_SESSION if session else CHILD_ONE_SHOT + harness)
+    return (prelude + head + seccomp.CHILD_INSTALL + CHILD_SETUP
+            + (CHILD_SESSION if session else CHILD_ONE_SHOT + harness))
+
+
+def isolation() -> str:
+    """``bwrap`` when bubblewrap runs here; ``python-only`` when ``AGENTMILL_SANDBOX`` accepts less. Raises
+    SandboxUnavailable otherwise (the message says how to install it)."""
+    try:
+        mode = bubblewrap.mode()
+    except ValueError as e:
+        raise SandboxUnavailable(str(e)) from None
+    if mode == "python-only":
+        return mode
+    why = bubblewrap.probe()
+    if why is not None:
+        raise SandboxUnavailable(f"cannot run untrusted code: {why}; {bubblewrap.INSTALL_HINT}")
+    return "bwrap"
 
 
 def _apply_limits(limits: SandboxLimits, session: bool) -> None:  # preexec_fn: runs in the child before exec
@@ -351,10 +408,15 @@ def _apply_limits(limits: SandboxLimits, session: bool) -> None:  # preexec_fn: 
 CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 
 
-def _popen(script: str, limits: SandboxLimits, session: bool, cwd: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=cwd, env=dict(CHILD_ENV),
-                            preexec_fn=lambda: _apply_limits(limits, session), start_new_session=True)
+def _popen(script: str, limits: SandboxLimits, session: bool, cwd: str, isolation: str) -> subprocess.Popen:
+    """Start the child in its own process group (the watchdog kills the group). Under bubblewrap ``cwd`` is not
+    used: the child works in its private ``/tmp``."""
+    argv = [sys.executable, "-I", "-c", script]
+    if isolation == "bwrap":
+        argv = bubblewrap.command(argv, env=CHILD_ENV, tmp_bytes=limits.tmp_bytes)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                            env=dict(CHILD_ENV), preexec_fn=lambda: _apply_limits(limits, session),
+                            start_new_session=True)
 
 
 def _size(n: int) -> str:
@@ -365,8 +427,8 @@ def _size(n: int) -> str:
 
 
 def _death(returncode: int | None, stderr: bytes, limits: SandboxLimits) -> SandboxError:
-    """The error for a child that ended without an answer."""
-    if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+    """The error for a child that ended without an answer (bubblewrap reports a signal death as 128 + signal)."""
+    if returncode in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
         return SandboxTimeout(f"CPU limit {limits.cpu_s} s exceeded")
     tail = stderr.decode(errors="replace")[-300:]
     if "MemoryError" in tail or "Cannot allocate" in tail:
@@ -374,12 +436,15 @@ def _death(returncode: int | None, stderr: bytes, limits: SandboxLimits) -> Sand
     return SandboxError(f"sandbox child died (exit {returncode}): {tail}")
 
 
-def _answer(res: Any) -> dict:
-    """Raise the matching error for a failed answer; return a successful one."""
+def _answer(res: Any, isolation: str) -> dict:
+    """Raise the matching error for a failed answer; return a successful one. ``layers`` gets the parent's own
+    ``isolation`` (what the child says about itself is only what it says)."""
     if not isinstance(res, dict) or "ok" not in res:
         raise SandboxError("sandbox child wrote an answer without 'ok'")
-    if not res["ok"]:
-        raise ERRORS_BY_KIND.get(res.get("kind"), SandboxError)(res.get("error"))
+    if res["ok"] is not True:
+        raise ERRORS_BY_KIND.get(res.get("kind"), SandboxError)(str(res.get("error"))[:2000])
+    layers = res.get("layers")
+    res["layers"] = {**(layers if isinstance(layers, dict) else {}), "isolation": isolation}
     return res
 
 
@@ -392,11 +457,12 @@ def run_child(source: str, harness: str = CALL_HARNESS, request: Mapping[str, An
     warm-up). The static check runs first; its errors, a timeout, the memory limit, a violation or a failed answer
     raise the matching :class:`SandboxError`. The temp dir (``tmp_prefix``…) is removed afterwards."""
     check_source(source, policy)
+    iso = isolation()
     req = json.dumps({**(request or {}), "source": source, "entry": name}).encode()
-    script = _child_script(policy, limits, harness, prelude, session=False)
+    script = _child_script(policy, limits, harness, prelude, session=False, isolation=iso)
     cwd = tempfile.mkdtemp(prefix=tmp_prefix)
     try:
-        p = _popen(script, limits, False, cwd)
+        p = _popen(script, limits, False, cwd, iso)
         try:
             out, err = p.communicate(req, timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
@@ -411,7 +477,7 @@ def run_child(source: str, harness: str = CALL_HARNESS, request: Mapping[str, An
         res = json.loads(out)
     except ValueError:
         raise SandboxError(f"sandbox child wrote malformed output ({len(out)} bytes)") from None
-    return _answer(res)
+    return _answer(res, iso)
 
 
 def _seconds(x: float) -> str:
@@ -421,10 +487,11 @@ def _seconds(x: float) -> str:
 class _Child:
     """One live session child: its process, temp dir and the unread tail of its pipes."""
 
-    def __init__(self, script: str, limits: SandboxLimits, tmp_prefix: str) -> None:
+    def __init__(self, script: str, limits: SandboxLimits, tmp_prefix: str, isolation: str) -> None:
         self.cwd = tempfile.mkdtemp(prefix=tmp_prefix)
+        self.isolation = isolation
         try:
-            self.proc = _popen(script, limits, True, self.cwd)
+            self.proc = _popen(script, limits, True, self.cwd, isolation)
         except BaseException:
             shutil.rmtree(self.cwd, ignore_errors=True)
             raise
@@ -515,7 +582,7 @@ class SandboxSession:
                  limits: SandboxLimits = SandboxLimits(), prelude: str = "", tmp_prefix: str = "agentmill-sbx-",
                  name: str = "code") -> None:
         self.policy, self.limits, self.name, self.tmp_prefix = policy, limits, name, tmp_prefix
-        self._script = _child_script(policy, limits, harness, prelude, session=True)
+        self._harness, self._prelude = harness, prelude
         self._child: _Child | None = None
         self._finalizer: weakref.finalize | None = None
         self._seq = 0
@@ -567,7 +634,7 @@ class SandboxSession:
             raise SandboxError(f"sandbox session out of step: unexpected answer ({len(raw)} bytes)")
         if not res.get("ok") and res.get("kind") not in ("compile", "output"):
             self._kill()
-        return _answer(res)
+        return _answer(res, child.isolation)
 
     def close(self) -> None:
         """Kill and reap the child (if any). The session stays usable: a later call starts a fresh child."""
@@ -575,7 +642,10 @@ class SandboxSession:
 
     def _start(self) -> _Child:
         if self._child is None:
-            child = _Child(self._script, self.limits, self.tmp_prefix)
+            iso = isolation()
+            script = _child_script(self.policy, self.limits, self._harness, self._prelude, session=True,
+                                   isolation=iso)
+            child = _Child(script, self.limits, self.tmp_prefix, iso)
             self._child = child
             self._finalizer = weakref.finalize(self, _reap, child.proc, child.cwd)
             self.children_started += 1
@@ -603,5 +673,6 @@ class SandboxSession:
 
 
 __all__ = ["CALL_HARNESS", "CodeCompileError", "CodeOutputError", "CodeRejected", "ERRORS_BY_KIND", "FORBIDDEN_NAMES",
-           "SAFE_BUILTINS", "SandboxError", "SandboxLimits", "SandboxMemory", "SandboxPolicy", "SandboxSession",
-           "SandboxTimeout", "SandboxViolation", "check_source", "run_child"]
+           "INTERNAL_ATTRS", "SAFE_BUILTINS", "SandboxError", "SandboxLimits", "SandboxMemory", "SandboxPolicy",
+           "SandboxSession", "SandboxTimeout", "SandboxUnavailable", "SandboxViolation", "check_source", "isolation",
+           "run_child"]

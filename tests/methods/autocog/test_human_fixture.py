@@ -121,6 +121,8 @@ def test_frame_metric_policy_refuses_pandas_io_and_contains_files() -> None:
         check_frame_source("def metric(data):\n    data.to_csv('x')\n    return 0.0\n")
     with pytest.raises(TheoryRejected, match="import of 'os'"):
         check_frame_source("def metric(data):\n    import os\n    return 0.0\n")
-    with pytest.raises(SandboxViolation):
-        run_frame_metric("def metric(data):\n    return float(len(pd.io.parsers.readers.TextFileReader('x')))\n",
+    with pytest.raises(TheoryRejected, match="'io'"):  # the path to pandas' readers names a module of the OS layer
+        check_frame_source("def metric(data):\n    return float(len(pd.io.parsers.readers.TextFileReader('x')))\n")
+    with pytest.raises(SandboxViolation):  # a file read the static policy does not know: the audit hook refuses it
+        run_frame_metric("def metric(data):\n    return float(len(np.fromregex('x', 'a', [('a', int)])))\n",
                          [{"subject_id": 0, "response": 0}])

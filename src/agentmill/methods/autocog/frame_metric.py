@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 
-from agentmill.methods.autocog.sandbox import SANDBOX_POLICY, TheoryRejected, check_source, run_theory_child
+from agentmill.methods.autocog.sandbox import (SANDBOX_POLICY, TheoryOutputError, TheoryRejected, check_source,
+                                               run_theory_child)
 
 ALLOWED_TO = {"to_numpy", "to_list", "tolist"}
 FORBIDDEN_FRAME_ATTRS = {"eval", "query"}
@@ -62,8 +64,10 @@ value = variance = error = None
 n_subjects = 0
 try:
     d = df.copy()
-    v = metric(d)
-    value = float(v)
+    v = float(metric(d))
+    if not np.isfinite(v):
+        raise ValueError("metric returned a non-finite value: " + str(v))
+    value = v
     per = []
     try:
         for sid, sdf in d.groupby("subject_id", sort=False):
@@ -72,7 +76,7 @@ try:
     except Exception:
         per = []
     n_subjects = len(per)
-    variance = float(np.var(per)) if per else None
+    variance = float(np.var(per)) if per and np.all(np.isfinite(per)) else None
 except MemoryError:
     fail("memory", "MemoryError")
 except (PermissionError, ImportError) as e:
@@ -103,5 +107,23 @@ def run_frame_metric(source: str, rows: list[dict]) -> dict:
     check_frame_source(source)
     if not rows or "subject_id" not in rows[0]:
         raise ValueError("run_frame_metric: rows must be non-empty dicts with a 'subject_id'")
-    return run_theory_child(source, CHILD_FRAME_METRIC, {"rows": rows}, name="metric", policy=FRAME_POLICY,
-                            prelude=FRAME_PRELUDE)
+    res = run_theory_child(source, CHILD_FRAME_METRIC, {"rows": rows}, name="metric", policy=FRAME_POLICY,
+                           prelude=FRAME_PRELUDE)
+    return validated_frame_answer(res, n_subjects=len({r["subject_id"] for r in rows}))
+
+
+def validated_frame_answer(res: dict, *, n_subjects: int) -> dict:
+    """The parent's check of the child's answer (data, never a verdict): ``value`` and ``variance`` finite numbers
+    or None (``variance`` >= 0), ``n_subjects`` 0 or the number of subjects, ``error`` None or a string."""
+    def number_or_none(x) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))
+
+    ok = (number_or_none(res.get("value")) and number_or_none(res.get("variance"))
+          and (res.get("variance") is None or res["variance"] >= 0)
+          and res.get("n_subjects") in (0, n_subjects) and not isinstance(res.get("n_subjects"), bool)
+          and (res.get("error") is None or isinstance(res.get("error"), str))
+          and (res.get("value") is None) == (res.get("error") is not None))
+    if not ok:
+        raise TheoryOutputError("sandbox answer rejected: a frame metric's answer is out of contract "
+                                "(the child's answer is data, checked by the parent)")
+    return res

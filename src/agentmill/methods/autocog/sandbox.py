@@ -1,14 +1,14 @@
 """AutoCog's sandbox for untrusted (LLM- or file-supplied) theory and metric code (spec autocog §9).
 
-The mechanics live in :mod:`agentmill.core.sandbox`; this module holds AutoCog's values and harnesses. Layers: (1) a
-static AST policy before anything runs (only ``import numpy [as np]`` / ``import math``; no
-``eval``/``exec``/``open``/dunder attributes/``np.random``/file I/O names); (2) a fresh ``python -I`` child in its own
-session with rlimits (CPU 10 s soft / 12 s hard, address space 1 GiB, file size 0, 32 fds, no core) and a parent
-wall-clock watchdog (20 s) that kills the process group; (3) no network: ``unshare(CLONE_NEWUSER|CLONE_NEWNET)``
-through ctypes where the kernel allows it, and always an audit hook (installed after numpy/math are imported) that
-rejects sockets, file opens, os file mutation, subprocess/exec/fork/spawn, ctypes and any new import. The whole
-batch (theory, design, subjects) runs in one child call. Honesty: this contains LLM mistakes and casual misuse; it is
-NOT a boundary against a determined attacker (CPython audit hooks are not a security mechanism, PEP 578).
+The mechanics live in :mod:`agentmill.core.sandbox`; this module holds AutoCog's values, harnesses and the parent's
+checks of their answers. Layers: (1) a static AST policy before anything runs (only ``import numpy [as np]`` /
+``import math``; no ``eval``/``exec``/``open``/dunder attributes/``np.random``/file I/O names, no attribute paths to
+interpreter internals such as ``np.ma.core.builtins``); (2) a fresh ``python -I`` child with rlimits (CPU 10 s soft /
+12 s hard, address space 1 GiB, file size 0, 32 fds, no core) and a parent wall-clock watchdog (20 s); (3) bubblewrap:
+read-only ``/usr`` and interpreter only, private ``/tmp``, no network, uid 65534 without capabilities, own pid
+namespace; (4) seccomp: no new processes, ``execve`` or sockets; (5) an audit hook (defence in depth). The whole batch
+(theory, design, subjects) runs in one child call. The child's answer is data: :func:`validated_batch` and
+:func:`validated_metric` check its types, shapes, finiteness and consistency before anything is scored.
 """
 
 from __future__ import annotations
@@ -170,13 +170,67 @@ out.write(json.dumps({"ok": True, "values": values, "errors": errors, "layers": 
 '''
 
 
+def _forged(what: str) -> TheoryOutputError:
+    return TheoryOutputError(f"sandbox answer rejected: {what} (the child's answer is data, checked by the parent)")
+
+
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
+
+
+def validated_batch(res: dict, shape: tuple[int, ...], u, policy: str) -> dict:
+    """The parent's check of a theory child's answer (the child can write anything to its pipe): ``probs`` is an
+    (S, T) grid of finite P(A) in [0, 1]; ``resps`` is recomputed here from ``probs`` and ``u`` with the harness's
+    rule and must equal what the child reported (its later trials' histories were built from them);
+    ``renormalised`` is a count. Returns the answer with ``probs``/``resps`` as the parent's own lists."""
+    S, T = shape[0], shape[1]
+    probs = res.get("probs")
+    if not (isinstance(probs, list) and len(probs) == S and all(isinstance(r, list) and len(r) == T for r in probs)):
+        raise _forged(f"probs is not a {S}x{T} grid")
+    if not all(_finite_number(p) and 0.0 <= p <= 1.0 for r in probs for p in r):
+        raise _forged("probs holds a value that is not a finite number in [0, 1]")
+    p = np.asarray(probs, dtype=float).reshape(S, T)
+    renorm = res.get("renormalised")
+    if not (isinstance(renorm, int) and not isinstance(renorm, bool) and 0 <= renorm <= S * T):
+        raise _forged("renormalised is not a count of trials")
+    if u is None:
+        resps: list = [[] for _ in range(S)]
+    else:
+        uu = np.asarray(u, dtype=float).reshape(S, T)
+        if policy == "sample":
+            r = np.where(uu < p, 0, 1)
+        else:
+            r = np.where(p > 0.5, 0, np.where(p < 0.5, 1, np.where(uu < 0.5, 0, 1)))
+        resps = r.astype(int).tolist()
+    if res.get("resps") != resps:
+        raise _forged("resps disagree with probs and the uniforms")
+    return {**res, "probs": p.tolist(), "resps": resps}
+
+
 def run_batch(source: str, A, B, params: dict, *, u=None, policy: str = "sample") -> dict:
-    """Run ``predict`` over (S, T) stimuli in one sandboxed child. Returns {probs, resps, renormalised, layers}."""
+    """Run ``predict`` over (S, T) stimuli in one sandboxed child. Returns {probs, resps, renormalised, layers},
+    checked by :func:`validated_batch`."""
     check_source(source)
-    req = {"A": np.asarray(A).tolist(), "B": np.asarray(B).tolist(),
+    A, B = np.asarray(A), np.asarray(B)
+    if A.ndim < 2 or A.shape[:2] != B.shape[:2]:
+        raise ValueError(f"run_batch: A and B must share their (S, T) leading shape, got {A.shape} and {B.shape}")
+    req = {"A": A.tolist(), "B": B.tolist(),
            "params": {k: np.asarray(v).tolist() for k, v in params.items()},
            "u": None if u is None else np.asarray(u).tolist(), "policy": policy}
-    return run_theory_child(source, CHILD_THEORY, req, name="theory")
+    return validated_batch(run_theory_child(source, CHILD_THEORY, req, name="theory"), A.shape, u, policy)
+
+
+def validated_metric(res: dict, n_calls: int) -> dict:
+    """The parent's check of a metric child's answer: one value (a finite number or None) and one error (None or
+    a string) per call, and a value exactly where there is no error."""
+    values, errors = res.get("values"), res.get("errors")
+    if not (isinstance(values, list) and isinstance(errors, list) and len(values) == len(errors) == n_calls):
+        raise _forged(f"values/errors are not {n_calls} entries each")
+    for v, e in zip(values, errors):
+        if not ((v is None and isinstance(e, str)) or (_finite_number(v) and e is None)):
+            raise _forged("a metric value is neither a finite number nor None with an error")
+    return {**res, "values": [None if v is None else float(v) for v in values],
+            "errors": [None if e is None else e[:300] for e in errors]}
 
 
 def run_metric(source: str, columns: dict, constants: dict | None = None) -> dict:
@@ -192,19 +246,23 @@ def run_metric(source: str, columns: dict, constants: dict | None = None) -> dic
     req = {"columns": {k: np.asarray(v).tolist() for k, v in columns.items()},
            "constants": {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
                          for k, v in (constants or {}).items()}}
-    return run_theory_child(source, CHILD_METRIC, req, name="metric")
+    n_calls = 1 + len(dict.fromkeys(np.asarray(columns["subject_id"]).tolist()))  # pooled, then each subject
+    return validated_metric(run_theory_child(source, CHILD_METRIC, req, name="metric"), n_calls)
 
 
 def layers() -> dict:
     """Which isolation layers are active on this machine (``agentmill autocog sandbox-check``)."""
     src = "import numpy as np\ndef predict(params, stimulus, history):\n    return np.array([0.5, 0.5])\n"
     res = run_batch(src, [[[0, 1]]], [[[1, 0]]], {})
+    iso = res["layers"]["isolation"]
     return {"ast_policy": True, "subprocess_python_-I": True, "rlimits(cpu,as,fsize,nofile,core)": True,
-            "wall_watchdog_s": WALL, "unshare_user_net_namespace": res["layers"].get("unshare_net", False),
-            "audit_hook": res["layers"].get("audit_hook", False)}
+            "wall_watchdog_s": WALL, "isolation": iso, "bubblewrap_namespaces": iso == "bwrap",
+            "seccomp_filter": res["layers"].get("seccomp", False),
+            "unshare_user_net_namespace": iso == "bwrap" or res["layers"].get("unshare_net", False),
+            "audit_hook": res["layers"].get("audit_hook", False), "answers_validated_by_parent": True}
 
 
 __all__ = ["CHILD_METRIC", "CHILD_THEORY", "ENTRY_SIGNATURES", "SANDBOX_LIMITS", "SANDBOX_POLICY", "SandboxError",
            "SandboxMemory", "SandboxTimeout", "SandboxViolation", "TheoryCompileError", "TheoryOutputError",
            "TheoryRejected", "check_source", "layers", "run_batch", "run_metric", "run_theory_child",
-           "theory_errors"]
+           "theory_errors", "validated_batch", "validated_metric"]
