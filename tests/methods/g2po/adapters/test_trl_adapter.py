@@ -8,7 +8,10 @@ exactly as SmolLM2 would, in seconds.
 from __future__ import annotations
 
 import os
+import re
 import string
+import tomllib
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +23,7 @@ from agentmill.methods.g2po import G2POConfig, g2po_advantages
 from agentmill.methods.g2po.adapters import trl_adapter
 from agentmill.methods.g2po.keys import FieldsKey
 
+PYPROJECT = Path(__file__).resolve().parents[4] / "pyproject.toml"
 CFG = KeyDoorConfig(n_rooms=3, n_locks=1, max_steps=20)
 LAYOUTS = {f"keydoor-{s}": generate_layout(s, CFG) for s in (4, 6)}
 
@@ -132,15 +136,44 @@ def test_real_grpo_trainer_step_uses_per_token_g2po_advantages(tiny, tmp_path) -
     assert any("g2po/merge_rate" in entry for entry in trainer.state.log_history)  # logged with TRL's metrics
 
 
-def test_trl_contract_and_version_pin(monkeypatch) -> None:
+def test_trl_contract(monkeypatch) -> None:
     import trl
     from trl import GRPOTrainer
 
-    assert trl_adapter.check_trl().startswith("1.16")
-    monkeypatch.setattr(trl, "__version__", "1.17.0")
-    with pytest.raises(RuntimeError, match="unsupported TRL version 1.17.0"):
-        trl_adapter.check_trl()
-    monkeypatch.setattr(trl, "__version__", "1.16.0")
+    assert trl_adapter.check_trl() == trl.__version__
     monkeypatch.delattr(GRPOTrainer, "_compute_loss")
     with pytest.raises(RuntimeError, match="TRL internals changed: GRPOTrainer._compute_loss missing"):
         trl_adapter.check_trl()
+
+
+def _pyproject_trl_requirement() -> str:
+    declared = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]["trl"]
+    (req,) = declared
+    assert req.startswith("trl") and req[3:4] in "<>=!~"
+    return req[3:]
+
+
+# (version string, accepted); edges of ">=1.16,<1.17" and what lies just outside, checkable by hand
+GATE_EDGES = [("1.16.0", True), ("1.16.9", True), ("1.16.1.dev0", True), ("1.16.0+local", True),
+              ("1.15.2", False), ("1.16.0rc1", False), ("1.17.0.dev0", False), ("1.17.0", False), ("2.0.0", False),
+              ("0.26.0", False), ("not-a-version", False)]
+
+
+def test_version_gate_matches_the_pyproject_trl_extra_at_its_edges(monkeypatch) -> None:
+    """Issue 20, item 8: pyproject admitted ``trl>=0.26,<2`` while the adapter refused all but 1.16.x, so
+    ``pip install 'agentmill[trl]'`` could install a TRL the adapter rejects. Now the extra's specifier is the
+    adapter's ``TRL_REQUIREMENT``, and the gate accepts exactly the versions that specifier admits."""
+    import trl
+    from packaging.specifiers import SpecifierSet
+
+    assert _pyproject_trl_requirement() == trl_adapter.TRL_REQUIREMENT
+    assert SpecifierSet(trl_adapter.TRL_REQUIREMENT).contains(trl.__version__)  # the installed TRL is in range
+    spec = SpecifierSet(trl_adapter.TRL_REQUIREMENT, prereleases=True)
+    for version, accepted in GATE_EDGES:
+        monkeypatch.setattr(trl, "__version__", version)
+        if accepted:
+            assert spec.contains(version) and trl_adapter.check_trl() == version
+        else:
+            with pytest.raises(RuntimeError, match=rf"unsupported TRL version {re.escape(version)}: .*"
+                                                   rf"trl{re.escape(trl_adapter.TRL_REQUIREMENT)}"):
+                trl_adapter.check_trl()

@@ -102,3 +102,29 @@ def test_real_grpo_trainer_step_with_tree_rollouts(tmp_path):
     trainer.train()
     assert len(seen) == 4 and all(r in (0.0, 1.0) for r in seen)
     assert trainer.state.global_step == 1
+
+
+def test_the_trl_extra_installs_only_versions_the_gate_accepts(monkeypatch):
+    """Issue 20, item 8 (TRL range): the tree adapter needs ``rollout_func(prompts, trainer)`` (TRL >= 0.26), a wider
+    range than pyproject's ``trl`` extra, which follows the G2PO adapter; both ends of the extra's range pass here
+    and the version before 0.26 is refused."""
+    import tomllib
+    from pathlib import Path
+
+    import trl
+    from packaging.specifiers import SpecifierSet
+
+    from agentmill.methods.tree_rollouts.integrations.trl import _check_trl_version
+
+    pyproject = Path(__file__).resolve().parents[4] / "pyproject.toml"
+    (req,) = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["trl"]
+    spec = SpecifierSet(req[len("trl"):])
+    for version, accepted in (("1.16.0", True), ("1.16.99", True), ("0.26.0", True), ("0.25.1", False)):
+        monkeypatch.setattr(trl, "__version__", version)
+        if version.startswith("1.16"):
+            assert spec.contains(version)
+        if accepted:
+            assert _check_trl_version() == version
+        else:
+            with pytest.raises(RuntimeError, match="needs trl >= 0.26"):
+                _check_trl_version()

@@ -72,3 +72,71 @@ def test_tree_paths_cover_each_leaf():
     p = tree_paths(t)
     assert [(a, b) for _n, a, b in p[0]] == [(0, 2), (2, 3)] and [(a, b) for _n, a, b in p[1]] == [(0, 2), (2, 4)]
     assert p[0][0][0] == p[1][0][0]          # the shared segment is the same node
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stock verl 0.9.1's call path: registered under a new name, the estimator must equal verl's own GRPO there (issue
+# 20, item 8 found it does; this keeps it so). A short copy of the block in tests/methods/g2po/adapters/
+# test_verl_adapter.py: the two methods' tests do not import each other.
+
+
+class _Data:
+    """The two fields of a verl ``DataProto`` that ``compute_advantage`` touches."""
+
+    def __init__(self, tensors, non_tensors):
+        self.batch, self.non_tensor_batch = dict(tensors), dict(non_tensors)
+
+
+def _copied_compute_advantage(registry):
+    """verl 0.9.1, verl/trainer/ppo/ray_trainer.py, ``compute_advantage``, the branch a registered estimator takes,
+    copied as facts: keywords ``token_level_rewards`` and ``response_mask`` (bs, response_length), ``config`` (the
+    ``AlgoConfig``), ``index`` = ``non_tensor_batch["uid"]`` when present, ``reward_baselines`` when in the batch
+    (``non_tensor_batch``/``batch`` only for "gdpo"). No ``norm_adv_by_std_in_grpo``: the estimator's default."""
+
+    def compute_advantage(data, adv_estimator, config=None):
+        kwargs = {"token_level_rewards": data.batch["token_level_rewards"],
+                  "response_mask": data.batch["response_mask"], "config": config}
+        if "uid" in data.non_tensor_batch:
+            kwargs["index"] = data.non_tensor_batch["uid"]
+        if "reward_baselines" in data.batch:
+            kwargs["reward_baselines"] = data.batch["reward_baselines"]
+        data.batch["advantages"], data.batch["returns"] = registry[adv_estimator](**kwargs)
+        return data
+
+    return compute_advantage
+
+
+@pytest.fixture(params=["copy", "real"])
+def stock_verl(request, monkeypatch):
+    """``(register, compute_advantage, make_data, config)``: the copy above, or real verl 0.9.1 when importable."""
+    if request.param == "copy":
+        registry = {}
+        return (lambda name, fn: registry.setdefault(name, fn), _copied_compute_advantage(registry), _Data, None)
+    pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="verl is not installed (no agentmill extra brings it)")
+    from verl import DataProto
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    monkeypatch.setattr(core_algos, "ADV_ESTIMATOR_REGISTRY", dict(core_algos.ADV_ESTIMATOR_REGISTRY))
+    return (lambda name, fn: core_algos.register_adv_est(name)(fn), compute_advantage,
+            lambda t, nt: DataProto.from_dict(tensors=t, non_tensors=nt), AlgoConfig())
+
+
+def test_through_stock_verl_compute_advantage_it_is_verl_grpo(stock_verl):
+    torch = pytest.importorskip("torch")
+    register, compute_advantage, make_data, config = stock_verl
+    register("agentmill_tree", tree_grpo_advantage)
+    rewards = torch.zeros(6, 4)
+    rewards[:, 3] = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.5])
+    mask = torch.ones(6, 4, dtype=torch.int64)
+    mask[1, 2:] = 0
+    uid = np.array(["a", "a", "a", "b", "b", "c"], dtype=object)  # verl: one uid per prompt, repeated n times
+    data = compute_advantage(make_data({"token_level_rewards": rewards, "response_mask": mask}, {"uid": uid}),
+                             "agentmill_tree", config=config)
+    expected = _verl_grpo(rewards.sum(-1).double().numpy(), list(uid))[:, None] * mask.numpy()
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), expected, atol=1e-6)
+    if not isinstance(data, _Data):  # real verl: its own GRPO branch on the same batch gives the same numbers
+        grpo = compute_advantage(make_data({"token_level_rewards": rewards, "response_mask": mask}, {"uid": uid}),
+                                 "grpo", config=config)
+        torch.testing.assert_close(data.batch["advantages"], grpo.batch["advantages"])

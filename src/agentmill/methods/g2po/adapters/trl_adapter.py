@@ -17,8 +17,9 @@ episode. This adapter therefore has two parts:
    GiGPO/GRPO), and replaces TRL's (B,) advantages by (B, T) per-token advantages: each step's advantage on its
    action tokens, 0 on feedback tokens. TRL 1.16's ``_compute_loss`` accepts (B, T) advantages.
 
-Tested range: TRL 1.16.x, single process (groups must not be split across processes). A hooked method that
-disappears fails with "TRL internals changed: <name> missing". The reward function is only logged by TRL here;
+Accepted range: ``TRL_REQUIREMENT`` (TRL 1.16.x), the same specifier as ``pyproject.toml``'s ``trl`` extra; single
+process (groups must not be split across processes). A hooked method that disappears fails with "TRL internals
+changed: <name> missing". The reward function is only logged by TRL here;
 ``episode_return`` (the undiscounted episode return) is the natural one.
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.extras import MissingExtraError
 from agentmill.core.seeding import derive_seed
 from agentmill.core.types import END_CONTINUES, END_TERMINATED, END_TRUNCATED, StepTable
 from agentmill.envs.base import ORACLE_KEY
@@ -37,8 +39,13 @@ from agentmill.methods.g2po.config import G2POConfig, GiGPOConfig, GRPOConfig
 from agentmill.methods.g2po.core import g2po_advantages, gigpo_advantages, grpo_advantages
 from agentmill.methods.g2po.keys import ExactKey, StateKeyFn
 
-TESTED_TRL = ((1, 16),)
-"""(major, minor) series of TRL this adapter was tested against."""
+TRL_REQUIREMENT = ">=1.16,<1.17"
+"""TRL releases the adapter accepts; ``pyproject.toml``'s ``trl`` extra uses this exact specifier (a test holds them
+equal), so ``pip install 'agentmill[trl]'`` never installs a TRL this adapter refuses. Why so narrow: the adapter
+overrides private ``GRPOTrainer`` methods, which TRL changes between minor releases, and 1.16 is the series its real
+trainer-step test runs on; TRL 1.15.0 has the hooks but its GRPO loss failed on CPU-only torch (its chunked
+log-prob kernel needs Triton). Pre-releases inside the range (1.16.1.dev0) are accepted: a source install of a
+1.16 branch."""
 HOOKED = ("_generate_and_score_completions", "_compute_loss", "_generate")
 """GRPOTrainer methods whose behaviour the adapter relies on."""
 
@@ -53,11 +60,17 @@ def check_trl() -> str:
         import trl
         from trl import GRPOTrainer
     except ImportError as exc:
-        raise ImportError("the TRL adapter needs TRL: pip install 'agentmill[trl]'") from exc
-    parts = tuple(int(x) for x in trl.__version__.split(".")[:2] if x.isdigit())
-    if parts not in TESTED_TRL:
-        tested = ", ".join(f"{a}.{b}.x" for a, b in TESTED_TRL)
-        raise RuntimeError(f"unsupported TRL version {trl.__version__}: the G2PO adapter is tested on {tested}")
+        raise MissingExtraError("trl", "the G2PO TRL adapter") from exc
+    from packaging.specifiers import SpecifierSet  # a TRL dependency, so present whenever TRL is
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        ok = Version(trl.__version__) in SpecifierSet(TRL_REQUIREMENT, prereleases=True)
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise RuntimeError(f"unsupported TRL version {trl.__version__}: the G2PO adapter accepts trl{TRL_REQUIREMENT} "
+                           f"(pip install 'trl{TRL_REQUIREMENT}', which 'agentmill[trl]' installs)")
     for name in HOOKED:
         if not callable(getattr(GRPOTrainer, name, None)):
             raise RuntimeError(f"TRL internals changed: GRPOTrainer.{name} missing")

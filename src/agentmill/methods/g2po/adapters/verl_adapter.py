@@ -1,16 +1,32 @@
 """Register the G2PO-style (reconstructed) and GiGPO estimators with verl's advantage-estimator registry (§6.6).
 
 verl (``verl/trainer/ppo/core_algos.py``) keeps ``ADV_ESTIMATOR_REGISTRY`` filled by ``register_adv_est(name)``;
-its trainer's ``compute_advantage`` calls the registered function with ``token_level_rewards``, ``response_mask``,
-``config`` and ``index`` (the GRPO uid) and expects ``(advantages, returns)`` of shape (bs, L). Here each batch row
-is **one step** of a multi-turn episode, as in verl-agent. The step fields (``anchor_obs``, ``traj_index``,
-``step_index``, optional per-step ``rewards``) are **not** forwarded by vanilla verl; verl-agent's trainer passes
-``anchor_obs``, ``uid`` and ``traj_uid``. Without them the function raises and names the hook that does work:
-``compute_from_batch(data, cfg)``, which reads ``data.non_tensor_batch``.
+the registered function must return ``(advantages, returns)`` of shape (bs, L). Here each batch row is **one step**
+of a multi-turn episode, as in verl-agent, and the estimator needs per-row step fields: ``anchor_obs`` (the step's
+observation, keyed into graph states), ``traj_index``/``traj_uid``, ``index``/``uid`` (the prompt group) and optional
+``step_index`` and per-step ``rewards``.
+
+**Stock verl cannot drive it, so it refuses.** verl 0.9.1's ``compute_advantage``
+(``verl/trainer/ppo/ray_trainer.py``; the v1 trainer delegates to it) calls a registered estimator with
+``token_level_rewards``, ``response_mask``, ``config``, ``index`` (the prompt uid, a fresh uuid per prompt made by
+the trainer) and, when present, ``reward_baselines``; only the built-in ``gdpo`` name also gets
+``non_tensor_batch``. A stock row is a whole episode, and no observation or trajectory id reaches the estimator, so
+the state graph has nothing to be built from. Rather than fall back to GRPO under G2PO's name (an experiment would
+then compare GRPO with itself), the estimator raises and says what works: ``compute_from_batch(data, cfg)``,
+called from a trainer whose batch holds one row per step with ``anchor_obs``, ``uid`` and ``traj_uid`` in
+``non_tensor_batch`` (verl-agent's layout; its ``compute_advantage`` hard-codes its estimators instead of looking
+them up in the registry, and its trainer rejects an unknown ``adv_estimator``, so the call goes in its GiGPO
+branch). The tree-rollouts estimator, by contrast,
+needs only what stock verl passes and equals verl's GRPO there.
 
 The estimator's own config (gamma, omega, norms) is fixed at registration; verl's ``config`` argument is ignored.
 The final observation o_T is not in a verl batch, so each trajectory's last step goes to its own absorbing node
 (value 0): last-step edges are never merged across trajectories (deviation from §2.4 step 2, documented).
+
+agentmill has no ``verl`` extra: verl 0.9.1 pins ``transformers>=5.5.3,<5.11`` (older than the transformers the hf
+extra is tested with) and brings ray[default], wandb, tensorboard and about fifty other packages, so an extra
+(installed by ``.[all]``) would change the tested stack and slow every install. Install verl by its own package;
+the missing-import error names the command.
 """
 
 from __future__ import annotations
@@ -25,10 +41,20 @@ from agentmill.methods.g2po.config import G2POConfig, GiGPOConfig
 from agentmill.methods.g2po.core import g2po_advantages, gigpo_advantages, token_advantages
 from agentmill.methods.g2po.keys import ExactKey, StateKeyFn
 
-HOOK_HELP = ("vanilla verl's compute_advantage does not forward the step fields. Call "
-             "agentmill.methods.g2po.adapters.verl_adapter.compute_from_batch(data, cfg) from your trainer (it reads "
-             "data.non_tensor_batch['anchor_obs'|'uid'|'traj_uid'] and optional 'step_index'/'rewards'), or use "
-             "verl-agent's trainer, which passes anchor_obs, uid and traj_uid")
+VERL_INSTALL = "pip install 'verl==0.9.1'"
+"""How to get verl: by its own package (no agentmill extra, module docstring); 0.9.1 is the release checked."""
+STOCK_VERL_KWARGS = ("token_level_rewards", "response_mask", "config", "index", "reward_baselines")
+"""Everything verl 0.9.1's ``compute_advantage`` can pass a registered estimator (besides ``gdpo``'s batch)."""
+HOOK_HELP = (f"stock verl's compute_advantage (0.9.1) passes a registered estimator only "
+             f"{', '.join(STOCK_VERL_KWARGS[:-1])} and, when present, {STOCK_VERL_KWARGS[-1]}; a row is an episode. "
+             "G2PO's state graph (and GiGPO's step groups) need each step's observation (anchor_obs), trajectory id "
+             "(traj_uid) and order, which stock verl neither stores nor forwards, so the estimator refuses instead "
+             "of computing GRPO under another name. What works: call "
+             "agentmill.methods.g2po.adapters.verl_adapter.compute_from_batch(data, cfg) from your trainer where it "
+             "computes advantages, on a batch with one row per step (it reads "
+             "data.non_tensor_batch['anchor_obs'|'uid'|'traj_uid'] and optional 'step_index'/'rewards'; verl-agent's "
+             "rollout loop stores these; its compute_advantage calls estimators directly, not through the "
+             "registry, so put the call in its GiGPO branch)")
 
 _REGISTERED: dict[tuple[str, Any, Any], Callable[..., Any]] = {}
 
@@ -37,7 +63,8 @@ def _core_algos() -> Any:
     try:
         from verl.trainer.ppo import core_algos
     except ImportError as exc:
-        raise ImportError("the verl adapter needs verl: pip install 'agentmill[verl]' (verl 0.9.x)") from exc
+        # not MissingExtraError: no agentmill extra brings verl (module docstring)
+        raise ImportError(f"the verl adapter needs verl, which no agentmill extra installs: {VERL_INSTALL}") from exc
     return core_algos
 
 
@@ -92,13 +119,18 @@ def _step_table(index: Sequence[Any], traj_index: Sequence[Any], step_index: Seq
 def _estimator(kind: str, cfg: G2POConfig | GiGPOConfig, key_fn: StateKeyFn) -> Callable[..., Any]:
     def adv_fn(token_level_rewards: Any, response_mask: Any, config: Any = None, index: Any = None, *,
                anchor_obs: Any = None, traj_index: Any = None, step_index: Any = None, rewards: Any = None,
-               uid: Any = None, traj_uid: Any = None, **_: Any) -> tuple[Any, Any]:
+               uid: Any = None, traj_uid: Any = None, **other: Any) -> tuple[Any, Any]:
+        named = {"config": config, "index": index, "anchor_obs": anchor_obs, "traj_index": traj_index,
+                 "step_index": step_index, "rewards": rewards, "uid": uid, "traj_uid": traj_uid}
         index = index if index is not None else uid
         traj_index = traj_index if traj_index is not None else traj_uid
         missing = [n for n, v in (("index/uid", index), ("anchor_obs", anchor_obs), ("traj_index/traj_uid",
                                                                                     traj_index)) if v is None]
-        if missing:
-            raise ValueError(f"agentmill {kind} estimator called without step fields {missing}: {HOOK_HELP}")
+        if missing:  # stock verl's call lands here (module docstring); name what came, what is missing and why
+            passed = sorted(["token_level_rewards", "response_mask", *(k for k, v in named.items() if v is not None),
+                             *other])
+            raise ValueError(f"agentmill {kind} estimator called with {passed}, without the step fields {missing}: "
+                             f"{HOOK_HELP}")
         tlr = _to_numpy(token_level_rewards)
         mask = _to_numpy(response_mask)
         step_r = np.asarray(rewards, dtype=np.float64) if rewards is not None else (tlr * (mask != 0)).sum(axis=1)
