@@ -1,5 +1,6 @@
 """The verl-style estimator: plain GRPO bit-for-bit, subtree spans, uid encoding and its guards."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -106,13 +107,17 @@ def _copied_compute_advantage(registry):
     return compute_advantage
 
 
-@pytest.fixture(params=["copy", "real"])
+STOCK_VERL = ["copy"] + (["real"] if importlib.util.find_spec("verl") else [])
+"""The real verl 0.9.1 joins when importable: no agentmill extra installs it (it pins transformers < 5.11), so the
+suite runs the copy and a developer with verl in the environment runs both (not a skip: nothing is missing)."""
+
+
+@pytest.fixture(params=STOCK_VERL)
 def stock_verl(request, monkeypatch):
     """``(register, compute_advantage, make_data, config)``: the copy above, or real verl 0.9.1 when importable."""
     if request.param == "copy":
         registry = {}
         return (lambda name, fn: registry.setdefault(name, fn), _copied_compute_advantage(registry), _Data, None)
-    pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="verl is not installed (no agentmill extra brings it)")
     from verl import DataProto
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo import core_algos
