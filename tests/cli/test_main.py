@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -7,6 +9,7 @@ import pytest
 
 import agentmill.experiments as experiments
 from agentmill.cli.main import main
+from agentmill.core.records import RunRecord
 from tests.helpers.fake_experiments import COIN, CRASH, ECHO
 
 
@@ -78,3 +81,150 @@ def test_unloadable_model_is_bad_input_for_run_and_an_error_row_for_reproduce(fa
     assert rc == 1
     html = (tmp_path / "report" / "index.html").read_text()
     assert "corrupt or truncated" in html and "F-1" in html
+
+
+# -- hostile input (issue 20) ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how,field", [("metrics=null", "field metrics"), ("verdicts=[]", "field verdicts"),
+                                       ('wall_seconds="fast"', "field wall_seconds"),
+                                       ("directory", "(whole file)")])
+@pytest.mark.parametrize("command", ["list", "report", "run", "run --fresh", "reproduce"])
+def test_one_malformed_record_jams_nothing(fake_registry, capsys, tmp_path, how, field, command) -> None:
+    """Each command over a wrong-typed record (or a directory in its place) crashed with a traceback; now one line
+    names the file and the field, the file goes to history/, and the experiment counts as not run."""
+    runs, report = tmp_path / "runs", tmp_path / "report"
+    assert main(["run", "fake.coin", "--profile", "smoke", "--runs-dir", str(runs)]) == 0
+    path = runs / "smoke" / "fake.coin.json"
+    if how == "directory":
+        path.unlink()
+        path.mkdir()
+    else:
+        key, value = how.split("=", 1)
+        d = json.loads(path.read_text())
+        d[key] = json.loads(value)
+        path.write_text(json.dumps(d))
+    capsys.readouterr()
+    argv = {"list": ["list"], "report": ["report", "--report-dir", str(report)], "run": ["run", "fake.coin"],
+            "run --fresh": ["run", "fake.coin", "--fresh"],
+            "reproduce": ["reproduce", "--only", "fake.coin", "--report-dir", str(report)]}[command]
+    assert main(argv + ["--profile", "smoke", "--runs-dir", str(runs)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and str(path) in err and field in err and "Traceback" not in err
+    assert len(list((runs / "smoke" / "history").glob("fake.coin.malformed-*.json"))) == 1
+    if command in ("list", "report"):
+        assert not path.exists()  # counts as not run
+        if command == "report":
+            assert "A fair coin <em>(not run)</em>" in (report / "index.html").read_text()
+    else:  # run again, result stored
+        assert RunRecord.read(path).status == "ok" and "F-1" in out
+
+
+def test_a_file_in_the_runs_or_report_dirs_place_is_one_line_and_exit_1(fake_registry, capsys, tmp_path) -> None:
+    """Disk errors (here a file where a directory must go, which fails the same for root and users) print the
+    path and the OS error on one line, not a 15-36 line traceback."""
+    (tmp_path / "runs").write_text("x")
+    assert main(["run", "fake.coin", "--runs-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "runs") in err and "Not a directory" in err
+    (tmp_path / "report").write_text("x")
+    for argv in (["reproduce", "--only", "fake.coin", "--runs-dir", str(tmp_path / "ok")],
+                 ["report", "--runs-dir", str(tmp_path / "ok")]):
+        assert main(argv + ["--profile", "smoke", "--report-dir", str(tmp_path / "report")]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(tmp_path / "report") in err and "Traceback" not in err
+    assert (tmp_path / "ok" / "smoke" / "fake.coin.json").exists()  # the records were written before the report
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes to a 0555 directory")
+def test_an_unwritable_runs_dir_is_one_line_and_exit_1(fake_registry, capsys, tmp_path) -> None:
+    (tmp_path / "runs").mkdir(mode=0o555)
+    assert main(["run", "fake.coin", "--runs-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "runs") in err and "Permission denied" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "fake.echo", "--model", ""], ["run", "fake.coin", "--model", "  "],
+                                  ["reproduce", "--model", ""],
+                                  ["run", "fake.coin", "--ray-address", "127.0.0.1:6379"],
+                                  ["reproduce", "--ray-address", "auto", "--executor", "process"],
+                                  ["run", "fake.coin", "--executor", "ray", "--ray-address", " "]])
+def test_empty_model_and_misplaced_ray_address_are_usage_errors(fake_registry, capsys, tmp_path, argv) -> None:
+    """``--model ""`` silently ran the default model; now it is bad input (exit 2, one line), as is
+    ``--ray-address`` without ``--executor ray``."""
+    assert main(argv + ["--runs-dir", str(tmp_path), "--report-dir", str(tmp_path / "report")]
+                if argv[0] == "reproduce" else argv + ["--runs-dir", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("agentmill: error: --") and not out
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow
+def test_workers_of_jobs_die_with_a_killed_reproduce(tmp_path) -> None:
+    """``kill -9`` of ``reproduce --jobs 2`` left both workers and the multiprocessing resource tracker running
+    (they wrote more records and then hung holding ~0.8 GB). Kill the CLI once both workers exist; every process
+    it started must be gone within a few seconds."""
+    import signal
+    import time
+
+    import psutil
+
+    ids = ["e165.g2po_value_variance", "e173.progress_reward_vs_advantage", "e179.counterexample",
+           "e162.greedy_submodular"]
+    cmd = [sys.executable, "-m", "agentmill.cli.main", "reproduce", "--profile", "smoke", "--jobs", "2", "--only",
+           *ids, "--runs-dir", str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report")]
+    parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs: list = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            procs = _descendants(parent.pid)
+            workers = [p for p in procs if "spawn_main" in " ".join(_cmdline(p))]
+            if len(workers) == 2:
+                break
+            assert parent.poll() is None, "the suite ended before both workers were seen"
+            time.sleep(0.02)
+        else:
+            pytest.fail("no two workers within 120 s")
+        time.sleep(0.5)  # let the workers reach their initializer (a kill before it is caught by getppid too)
+        procs = _descendants(parent.pid)
+        assert any("resource_tracker" in " ".join(_cmdline(p)) for p in procs)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        gone, alive = psutil.wait_procs(procs, timeout=10)
+        alive = [p for p in alive if _status(p) != psutil.STATUS_ZOMBIE]
+        assert not alive, [(p.pid, _cmdline(p)) for p in alive]
+    finally:
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _cmdline(p) -> list[str]:
+    import psutil
+
+    try:
+        return p.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
+
+
+def _status(p) -> str:
+    import psutil
+
+    try:
+        return p.status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from agentmill.core.records import RunRecord
 from agentmill.experiments.runner import load_record, record_path, run_experiment, run_suite
 from tests.helpers.fake_experiments import COIN, CRASH, ECHO
 
@@ -150,3 +151,111 @@ def test_parallel_suite_rejects_bad_jobs(tmp_path) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="jobs"):
             run_suite([COIN], profile="smoke", runs_dir=tmp_path, jobs=bad)
+
+
+# -- malformed records, disk errors, bad flags (issue 20) ------------------------------------------------------------
+
+def _break(path, how: str) -> bytes | None:
+    """Put a malformed record at ``path``: a field of the wrong type, or a directory. Returns the bytes written."""
+    if how == "directory":
+        path.unlink()
+        path.mkdir()
+        (path / "inside").write_text("kept")
+        return None
+    field, value = how.split("=", 1)
+    d = json.loads(path.read_text())
+    d[field] = json.loads(value)
+    path.write_text(json.dumps(d))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("how,field", [("metrics=null", "field metrics"), ("verdicts=[]", "field verdicts"),
+                                       ('wall_seconds="fast"', "field wall_seconds"),
+                                       ("directory", "(whole file)")])
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_malformed_record_is_moved_aside_and_the_experiment_runs_again(tmp_path, capsys, how, field,
+                                                                         resume) -> None:
+    """``run`` and ``run --fresh`` over a wrong-typed record (or a directory) both crashed before; ``--fresh``
+    measured and then lost the result. Now: one line naming the file and the field, the bad file kept in history
+    byte for byte, and the new result stored."""
+    run_experiment(COIN, profile="smoke", runs_dir=tmp_path)
+    path = record_path(tmp_path, "smoke", "fake.coin")
+    content = _break(path, how)
+    capsys.readouterr()
+    rec = run_experiment(COIN, profile="smoke", runs_dir=tmp_path, resume=resume)
+    assert rec.status == "ok" and rec.metrics["n"].value == 20
+    assert load_record(tmp_path, "smoke", "fake.coin").to_bytes() == rec.to_bytes()  # stored
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and field in err and "counts as not run" in err
+    moved = list((tmp_path / "smoke" / "history").glob("fake.coin.malformed-*.json"))
+    assert len(moved) == 1 and str(moved[0]) in err
+    if content is None:
+        assert (moved[0] / "inside").read_text() == "kept"
+    else:
+        assert moved[0].read_bytes() == content
+
+
+def test_a_record_naming_another_experiment_is_malformed(tmp_path, capsys) -> None:
+    run_experiment(COIN, profile="smoke", runs_dir=tmp_path)
+    path = record_path(tmp_path, "smoke", "fake.coin")
+    path.rename(record_path(tmp_path, "smoke", "fake.crash"))
+    assert load_record(tmp_path, "smoke", "fake.crash") is None
+    assert "field experiment_id: is 'fake.coin', not this file's 'fake.crash'" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_set_the_old_record_aside_keeps_its_new_record(tmp_path) -> None:
+    """A failure after measuring (here history/ cannot be made, so the old ok record cannot be kept) must not
+    lose the new result: it is already on disk, and the error names where."""
+    old = run_experiment(COIN, profile="smoke", runs_dir=tmp_path)
+    (tmp_path / "smoke" / "history").write_text("a file where history/ should be")
+    with pytest.raises(OSError, match="the new record of fake.coin is kept at") as info:
+        run_experiment(COIN, profile="smoke", runs_dir=tmp_path, resume=False, overrides={"n": "30"})
+    assert info.value.filename == str(tmp_path / "smoke" / "history")
+    kept = info.value.strerror.rsplit("kept at ", 1)[1]
+    new = RunRecord.read(kept)
+    assert new.setup["n"] == 30 and new.metrics["n"].value == 30
+    assert load_record(tmp_path, "smoke", "fake.coin").started_at == old.started_at  # the old one is untouched
+
+
+def test_history_copies_of_records_started_in_the_same_second_do_not_overwrite_each_other(tmp_path) -> None:
+    run_experiment(COIN, profile="smoke", runs_dir=tmp_path)
+    path = record_path(tmp_path, "smoke", "fake.coin")
+    hist = tmp_path / "smoke" / "history"
+    hist.mkdir()
+    taken = hist / "fake.coin-20260622T100000+0000.json"
+    taken.write_text("an older copy")
+    for started_at in ("2026-06-22T10:00:00+00:00", "../../../escape"):  # started_at is only checked to be a string
+        d = json.loads(path.read_text())
+        d["started_at"] = started_at
+        path.write_text(json.dumps(d))
+        run_experiment(COIN, profile="smoke", runs_dir=tmp_path, resume=False)
+    assert taken.read_text() == "an older copy"
+    assert json.loads((hist / "fake.coin-20260622T100000+0000.2.json").read_text())["started_at"] == \
+        "2026-06-22T10:00:00+00:00"
+    assert json.loads((hist / "fake.coin-......escape.json").read_text())["started_at"] == "../../../escape"
+    assert sorted(p.name for p in tmp_path.rglob("*escape*")) == ["fake.coin-......escape.json"]
+
+
+def test_data_a_record_cannot_hold_is_the_runs_error_record(tmp_path) -> None:
+    def measure(setup, ctx):
+        ctx.data["handle"] = object()
+        return COIN.measure(setup, ctx)
+
+    rec = run_experiment(dataclasses.replace(COIN, measure=measure), profile="smoke", runs_dir=tmp_path)
+    assert rec.status == "error" and "not JSON serialisable: object" in rec.error
+    assert load_record(tmp_path, "smoke", "fake.coin").status == "error"
+
+
+@pytest.mark.parametrize("model", ["", "   ", "\t"])
+def test_an_empty_model_spec_is_bad_input_not_the_default(tmp_path, model) -> None:
+    with pytest.raises(ValueError, match="is empty; name a model spec"):
+        run_experiment(ECHO, profile="smoke", model=model, runs_dir=tmp_path)
+    with pytest.raises(ValueError, match="is empty"):
+        run_suite([ECHO, COIN], profile="smoke", model=model, runs_dir=tmp_path)
+    assert not tmp_path.joinpath("smoke").exists()
+
+
+def test_ray_address_needs_the_ray_executor(tmp_path) -> None:
+    with pytest.raises(ValueError, match="--ray-address needs --executor ray"):
+        run_experiment(COIN, profile="smoke", runs_dir=tmp_path, ray_address="127.0.0.1:6379")
+    assert not tmp_path.joinpath("smoke").exists()

@@ -31,3 +31,15 @@ def test_model_column_names_the_setups_lm_specs_and_missing_metrics_say_why() ->
     assert missing_reason(RunRecord("x", "full", {}, data={"precondition": "met"})) == "missing"
     assert missing_reason(RunRecord("x", "quick", {}, data={"plan_only": "quick plans only"})) == \
         "not measured (plan only)"
+
+
+def test_a_verdict_is_escaped_in_its_class_attribute_too(tmp_path) -> None:
+    """Records read from disk carry only known verdicts (``RunRecord.read``), but a record built in code reaches
+    the page unchecked: the class attribute must not be a way out of the markup."""
+    from agentmill.core.records import RunRecord
+    from agentmill.core.stats import Estimate
+
+    rec = RunRecord("fake.coin", "quick", {"n": 3}, metrics={"mean": Estimate.exact(0.5)},
+                    verdicts={"F-1": "x'><script>alert(1)</script>"})
+    html = render_report([rec], {"fake.coin": COIN}, tmp_path).read_text()
+    assert "<script>" not in html and "x&#x27;&gt;&lt;script&gt;" in html

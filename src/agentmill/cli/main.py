@@ -2,10 +2,13 @@
 
     agentmill list
     agentmill run <id> [--profile quick] [--set key=value ...] [--model SPEC] [--executor serial|process|ray]
+                       [--ray-address ADDR]
     agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh] [--jobs N]
     agentmill report [--profile quick]
 
-Exit codes: 0 success, 1 an experiment failed, 2 bad input (unknown id, bad --set, bad model spec).
+Exit codes: 0 success, 1 an experiment failed or a file could not be read or written (one line names the path and
+the OS error), 2 bad input (unknown id, bad --set, empty or bad model spec). A malformed record is moved to
+``history/`` with one line and its experiment counts as not run (``experiments.runner``).
 """
 
 from __future__ import annotations
@@ -127,16 +130,19 @@ def _progress_factory(progress):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentmill.experiments import get
-    from agentmill.experiments.runner import run_experiment
+    from agentmill.experiments.runner import check_model_spec, executor_options, run_experiment
 
     exp = get(args.id)
     overrides = _parse_sets(args.set)
     exp.setup_for(args.profile, overrides)  # validate before any work
+    check_model_spec(args.model)
+    executor_options(args.executor, args.ray_address)
     console = _console()
     with progress_bar() as progress:
         rec = run_experiment(exp, profile=args.profile, model=args.model, overrides=overrides,
                              executor=args.executor, runs_dir=args.runs_dir,
-                             progress=_progress_factory(progress)(exp), resume=not args.fresh)
+                             progress=_progress_factory(progress)(exp), resume=not args.fresh,
+                             ray_address=args.ray_address)
     _print_record(console, exp, rec)
     return 0 if rec.status == "ok" else 1
 
@@ -155,8 +161,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from agentmill.experiments import get, paper_modules, registry, unavailable
-    from agentmill.experiments.runner import run_suite
+    from agentmill.experiments.runner import check_model_spec, executor_options, run_suite
 
+    check_model_spec(args.model)  # bad input fails before the banner and before any worker starts
+    executor_options(args.executor, args.ray_address)
     exps = [get(i) for i in args.only] if args.only else list(registry().values())
     console = _console()
     if not args.only:
@@ -177,7 +185,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         records = run_suite(exps, profile=args.profile, model=args.model, executor=args.executor,
                             runs_dir=args.runs_dir, progress_factory=_progress_factory(progress),
-                            resume=not args.fresh, on_done=done, jobs=args.jobs)
+                            resume=not args.fresh, on_done=done, jobs=args.jobs, ray_address=args.ray_address)
     for exp, rec in zip(exps, records):
         console.print(f"[bold]{exp.id}[/]")
         _print_record(console, exp, rec)
@@ -215,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--model", default=None, help="model spec, e.g. hf:smollm2 (default), "
                                                           "openai:<model>@<base_url>, tiny:<path>")
             sp.add_argument("--executor", default="serial", choices=EXECUTORS)
+            sp.add_argument("--ray-address", default=None, metavar="ADDR",
+                            help="with --executor ray: join the Ray cluster at ADDR (host:port, ray://host:port or "
+                                 "auto) instead of starting a local runtime; $RAY_ADDRESS does the same")
             sp.add_argument("--fresh", action="store_true", help="rerun even if a matching record exists")
 
     sp = sub.add_parser("list", help="list experiments, their claims and latest verdicts")
@@ -257,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"agentmill: error: {msg}", file=sys.stderr)
         return 2
+    except OSError as e:
+        # A disk condition (unwritable --runs-dir or --report-dir, a full disk): the path and the OS error on one
+        # line, not a traceback; records finished before it are kept.
+        where = e.filename2 or e.filename
+        print(f"agentmill: error: {f'{where}: ' if where else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("agentmill: interrupted; finished records are kept, rerun to resume", file=sys.stderr)
         return 130

@@ -8,6 +8,7 @@ the three engines return identical results in the input order. Results are yield
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -39,8 +40,47 @@ class SerialExecutor:
         return out
 
 
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option from ``<linux/prctl.h>``: the signal this process gets when its parent thread exits."""
+
+
+def die_with_parent(parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Make this worker process end when ``parent_pid`` (the process that started it) does; call it first thing in
+    a pool worker (``initializer``).
+
+    A ``kill -9`` of the parent runs no cleanup, and spawned pool workers hold both ends of their task queue, so
+    they would never see it close: they finish the tasks already queued (writing records for a run the user
+    stopped), then wait forever holding their memory, and keep the multiprocessing resource tracker alive with
+    them. On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``); a parent that died
+    before that call is caught by comparing ``os.getppid()``; and a daemon thread re-checks ``os.getppid()``
+    every ``poll_seconds`` on every platform (macOS has no PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - a libc without prctl: the poll below still works
+            pass
+    if os.getppid() != parent_pid:  # the parent died between our spawn and the prctl call
+        os._exit(1)
+
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="agentmill-die-with-parent", daemon=True).start()
+
+
 class ProcessExecutor:
-    """``concurrent.futures`` process pool (spawn context: safe with torch and threads)."""
+    """``concurrent.futures`` process pool (spawn context: safe with torch and threads); workers die with this
+    process (:func:`die_with_parent`)."""
 
     name = "process"
 
@@ -52,7 +92,8 @@ class ProcessExecutor:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         out: list[Any] = [None] * len(items)
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             futs = {pool.submit(fn, x): i for i, x in enumerate(items)}
             for fut in as_completed(futs):
                 i = futs[fut]
@@ -63,7 +104,12 @@ class ProcessExecutor:
 
 
 class RayExecutor:
-    """Ray tasks. Starts a local Ray runtime if none is connected (``address=None``), or joins ``address``."""
+    """Ray tasks: joins the cluster at ``address`` (or ``$RAY_ADDRESS``, as Ray's own tools do), else starts a
+    local Ray runtime with ``num_cpus`` (default: every CPU here).
+
+    A cluster brings its own resources, and ``ray.init`` refuses ``num_cpus`` when joining one, so ``num_cpus``
+    applies to a local runtime only and is an error together with an address. ``address="local"`` is Ray's name
+    for a new local runtime and takes ``num_cpus``. ``address`` holds the cluster joined (``None``: local)."""
 
     name = "ray"
 
@@ -73,13 +119,28 @@ class RayExecutor:
         except ImportError as e:  # pragma: no cover - exercised only without the extra
             raise ImportError("the Ray executor needs Ray: pip install 'agentmill[ray]'") from e
         self._ray = ray
+        address = (address or os.environ.get("RAY_ADDRESS") or "").strip() or None
+        joins = address is not None and address != "local"
+        if joins and num_cpus is not None:
+            raise ValueError(f"num_cpus={num_cpus} applies to a local Ray runtime; the cluster at {address} "
+                             f"brings its own CPUs (unset RAY_ADDRESS to start a local one)")
+        self.address = address if joins else None
         if not ray.is_initialized():
             kw: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "log_to_driver": False}
-            if address:
+            if address is not None:
                 kw["address"] = address
-            else:
+            if not joins:
                 kw["num_cpus"] = num_cpus or (os.cpu_count() or 1)
-            ray.init(**kw)
+            try:
+                ray.init(**kw)
+            except ConnectionError as e:
+                if not joins:
+                    raise
+                # Ray joins an explicit address without token authentication unless told (RAY_AUTH_MODE=token),
+                # so a cluster that has it refuses us with a long chained error; say it in one line.
+                raise ConnectionError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]} (a "
+                                      f"cluster with token authentication also needs RAY_AUTH_MODE=token and "
+                                      f"its token)") from e
 
     def map(self, fn, items, on_result=None):
         ray = self._ray

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentmill.core.records import VERDICTS as VERDICTS  # one copy: a record holds only these (re-exported)
 from agentmill.core.stats import Estimate
 
 PROFILES = ("smoke", "quick", "full")
-Verdict = Literal["supported", "not_supported", "inconclusive", "not_judged"]
-VERDICTS = ("supported", "not_supported", "inconclusive", "not_judged")
+Verdict = Literal["supported", "not_supported", "inconclusive", "not_judged"]  # the values of ``VERDICTS``
 
 
 @dataclass(frozen=True)

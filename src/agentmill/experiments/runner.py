@@ -6,11 +6,20 @@ Layout under ``runs_dir``::
     <profile>/history/<id>-<time>.json     an older ok record, moved aside before being replaced
     <profile>/work/<experiment_id>/        the experiment's checkpoints (survive a kill)
     <profile>/history/<id>.work-<time>/    the checkpoints of an earlier run, moved aside by a fresh run
+    <profile>/history/<id>.malformed-<time>.json   a file in a record's place that was not a valid record, kept
+                                                   byte for byte (a directory stays a directory)
 
 Resume rule: a stored ``ok`` record whose ``setup_hash`` (setup + model) matches is reused, not rerun, and an
 interrupted run continues from its checkpoints. A fresh run (``resume=False``, ``--fresh``) measures again from
 scratch: it moves the old checkpoints aside first, so cached timings or samples from another machine state are not
 silently reused (and nothing is deleted).
+
+Bad records: every read goes through ``RunRecord.read``, which validates each field. A file in a record's place that
+is not a valid record (``"metrics": null``, a directory, a truncated file) is moved to ``history/`` with one line on
+stderr naming the file and the field, and the experiment counts as not run, so ``list`` and ``report`` show it as
+such and ``run``/``reproduce`` run it again: one bad file must not jam the suite, and deleting nothing keeps it for
+inspection. A run's new record is written to disk before the old file is dealt with, so nothing a run computed is
+lost to a failure after measuring.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -28,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from agentmill import __version__
-from agentmill.core.executor import make_executor
+from agentmill.core.executor import die_with_parent, make_executor
 from agentmill.core.extras import MissingExtraError, extra_for_module, missing_extras
-from agentmill.core.records import RunRecord
+from agentmill.core.records import RecordError, RunRecord, write_bytes_atomic
 from agentmill.core.stats import Estimate
 from agentmill.experiments.protocol import Experiment, RunContext, setup_hash
 
@@ -77,33 +88,111 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def _stamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _notice(message: str) -> None:
+    """One line on stderr (a suite's workers share the terminal): what was done to a file the user may look for."""
+    print(f"agentmill: {message}", file=sys.stderr, flush=True)
+
+
 def load_record(runs_dir: Path, profile: str, exp_id: str) -> RunRecord | None:
+    """The stored record of ``exp_id`` at ``profile``, or ``None`` when there is none or it was malformed.
+
+    A malformed one (see :meth:`RunRecord.read`; also a record naming another experiment or profile than its
+    place) is moved to ``history/<id>.malformed-<time>.json`` with one line naming the file and the field, so the
+    experiment counts as not run and the next run replaces it. A disk error reading it (permission) propagates."""
     path = record_path(runs_dir, profile, exp_id)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        return RunRecord.read(path)
-    except (ValueError, KeyError, TypeError):
-        return None  # unreadable: treated as missing, and replaced by the next run
+        rec = RunRecord.read(path)
+        if rec.experiment_id != exp_id:
+            raise RecordError(str(path), "experiment_id", f"is {rec.experiment_id!r}, not this file's {exp_id!r}")
+        if rec.profile != profile:
+            raise RecordError(str(path), "profile", f"is {rec.profile!r}, not this file's {profile!r}")
+        return rec
+    except FileNotFoundError:  # a dangling symlink, or moved by a concurrent reader
+        return None
+    except RecordError as e:
+        _set_aside_malformed(path, exp_id, e)
+        return None
+
+
+def _set_aside_malformed(path: Path, exp_id: str, err: RecordError) -> None:
+    dest = path.parent / "history" / f"{exp_id}.malformed-{_stamp()}.json"
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, dest)  # keeps the bytes (and a directory as it is); never copies or deletes
+    except FileNotFoundError:
+        return  # another reader moved it first
+    except OSError as e:
+        _notice(f"malformed record {err} (could not move it aside: {e.strerror}); {exp_id} counts as not run")
+        return
+    _notice(f"malformed record {err}; moved to {dest}; {exp_id} counts as not run")
 
 
 def _store(record: RunRecord, runs_dir: Path) -> Path:
-    """Write ``record``; an existing ok record is moved to history first so no finished result is lost."""
+    """Write ``record`` in its place; an existing ok record is copied to history first so no finished result is
+    lost, a malformed file there is moved aside (:func:`load_record`).
+
+    The new record reaches the disk first, as a complete file beside its place (``.<id>.json.<time>.new``): if
+    setting the old one aside or the final rename fails (a directory that cannot be moved, a full or read-only
+    history/), the error names that file, so what the run computed is never lost."""
     path = record_path(runs_dir, record.profile, record.experiment_id)
-    old = load_record(runs_dir, record.profile, record.experiment_id)
-    if old is not None and old.status == "ok":
-        hist = path.parent / "history"
-        hist.mkdir(parents=True, exist_ok=True)
-        stamp = (old.started_at or "unknown").replace(":", "").replace("-", "")
-        shutil.copy2(path, hist / f"{record.experiment_id}-{stamp}.json")
-    return record.write(path)
+    pending = write_bytes_atomic(path.with_name(f".{path.name}.{_stamp()}.new"), record.to_bytes())
+    try:
+        old = load_record(runs_dir, record.profile, record.experiment_id)
+        if old is not None and old.status == "ok":
+            hist = path.parent / "history"
+            hist.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, _free_name(hist, f"{record.experiment_id}-{_safe_stamp(old.started_at)}", ".json"))
+        os.replace(pending, path)
+    except OSError as e:
+        raise OSError(e.errno, f"{e.strerror or e}; the new record of {record.experiment_id} is kept at {pending}",
+                      str(e.filename2 or e.filename or path)) from e
+    return path
+
+
+def _safe_stamp(started_at: str) -> str:
+    """A file-name part from a record's ``started_at`` (which is only checked to be a string): no separators."""
+    return re.sub(r"[^0-9A-Za-z.+]", "", started_at)[:40] or "unknown"
+
+
+def _free_name(folder: Path, stem: str, suffix: str) -> Path:
+    """``folder/stem+suffix``, or ``stem.2``, ``stem.3`` ... when taken: two runs started in the same second must
+    not share a history file, or the older copy would be overwritten."""
+    candidate, k = folder / f"{stem}{suffix}", 1
+    while os.path.lexists(candidate):
+        k += 1
+        candidate = folder / f"{stem}.{k}{suffix}"
+    return candidate
+
+
+def check_model_spec(model: str | None) -> None:
+    """An empty or blank ``--model`` is a mistake (a shell variable that was not set), not a request for the
+    default: refuse it rather than silently run ``hf:smollm2``."""
+    if model is not None and not model.strip():
+        raise ValueError(f"--model {model!r} is empty; name a model spec (e.g. {DEFAULT_MODEL}) or leave --model "
+                         f"out for the default")
+
+
+def executor_options(executor: str, ray_address: str | None) -> dict[str, Any]:
+    """``make_executor`` keywords for the CLI's executor flags; ``--ray-address`` without ``--executor ray`` is a
+    mistake and fails before anything runs."""
+    if ray_address is not None and executor != "ray":
+        raise ValueError(f"--ray-address needs --executor ray (got --executor {executor})")
+    if ray_address is not None and not ray_address.strip():
+        raise ValueError("--ray-address is empty; give a cluster address such as 10.0.0.5:6379 or auto")
+    return {"address": ray_address} if ray_address else {}
 
 
 def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None = None,
                    overrides: Mapping[str, str] | None = None, executor: str = "serial",
                    runs_dir: str | os.PathLike[str] = "runs", progress: Progress | None = None,
                    resume: bool = True, raise_errors: bool = False,
-                   preflight_errors_as_records: bool = False) -> RunRecord:
+                   preflight_errors_as_records: bool = False, ray_address: str | None = None) -> RunRecord:
     """Run one experiment at ``profile`` and store its record.
 
     Bad input (unknown profile, bad ``--set``, malformed model spec, a model that cannot be loaded) raises before
@@ -111,8 +200,11 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     experiment's error record, so the report shows it. An exception inside ``measure`` becomes an ``error``
     record (and is re-raised when ``raise_errors``).
     ``KeyboardInterrupt`` propagates and writes nothing: checkpoints in the work dir let the rerun resume.
+    ``ray_address`` (with ``executor="ray"``) joins that Ray cluster instead of starting a local runtime.
     """
     runs_dir = Path(runs_dir)
+    check_model_spec(model)
+    executor_kw = executor_options(executor, ray_address)
     setup = exp.setup_for(profile, overrides)
     missing = missing_extras(exp.requires)
     if missing and not preflight_errors_as_records:
@@ -138,8 +230,9 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         hist.mkdir(parents=True, exist_ok=True)
         work_dir.rename(hist / f"{exp.id}.work-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S%f')}")
     work_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_executor(executor, **executor_kw)
     ctx = RunContext(profile=profile, model=model_spec or DEFAULT_MODEL,
-                     executor=make_executor(executor), work_dir=work_dir,
+                     executor=engine, work_dir=work_dir,
                      progress=progress or (lambda d, c, t: None), lm_loader=cached_lm)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     record = RunRecord(experiment_id=exp.id, profile=profile, setup=dataclasses.asdict(setup), model=model_spec,
@@ -148,6 +241,8 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
                                     "cpus": os.cpu_count(), "executor": executor,
                                     "agentmill": __version__},
                        started_at=started, setup_hash=shash)
+    if getattr(engine, "address", None):
+        record.environment["ray_address"] = engine.address
     t0 = time.perf_counter()
     try:
         if missing:  # in a suite a missing extra is this experiment's error record; the others still run
@@ -161,6 +256,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         record.data = ctx.data
         if "lm_info" in ctx.data:
             record.environment["lm"] = ctx.data["lm_info"]
+        record.to_bytes()  # data JSON cannot hold is this run's error record here, not a traceback in _store
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - any experiment failure becomes an error record
@@ -190,16 +286,20 @@ def _install_hint(e: BaseException) -> str:
 def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str | None = None,
               executor: str = "serial", runs_dir: str | os.PathLike[str] = "runs",
               progress_factory: Callable[[Experiment], Progress] | None = None, resume: bool = True,
-              on_done: Callable[[Experiment, RunRecord], None] | None = None, jobs: int = 1) -> list[RunRecord]:
+              on_done: Callable[[Experiment, RunRecord], None] | None = None, jobs: int = 1,
+              ray_address: str | None = None) -> list[RunRecord]:
     """Run every experiment; a crash in one is recorded and the rest still run. Records come back in the order of
     ``exps``.
 
     With ``jobs`` > 1 the registered experiments marked ``parallel_safe`` (one core, no wall-clock claim) run
     first, ``jobs`` at a time, each in a worker process limited to one BLAS/torch thread; the others then run one
     by one in this process, as with ``jobs`` = 1. An experiment whose worker died (killed, out of memory) is rerun
-    here, so a broken pool loses nothing."""
+    here, so a broken pool loses nothing. Workers die with this process (``core.executor.die_with_parent``): a
+    killed suite leaves no worker writing records behind it."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    check_model_spec(model)
+    executor_options(executor, ray_address)
     records: dict[int, RunRecord] = {}
 
     def finish(i: int, rec: RunRecord) -> None:
@@ -215,13 +315,14 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
         if len(pooled) > 1:
             _run_pooled([exps[i] for i in pooled], pooled, jobs, finish,
                         dict(profile=profile, model=model, executor=executor, runs_dir=str(runs_dir),
-                             resume=resume), progress_factory)
+                             resume=resume, ray_address=ray_address), progress_factory)
     for i, exp in enumerate(exps):
         if i in records:
             continue
         prog = progress_factory(exp) if progress_factory else None
         finish(i, run_experiment(exp, profile=profile, model=model, executor=executor, runs_dir=runs_dir,
-                                 progress=prog, resume=resume, preflight_errors_as_records=True))
+                                 progress=prog, resume=resume, preflight_errors_as_records=True,
+                                 ray_address=ray_address))
     return [records[i] for i in range(len(exps))]
 
 
@@ -231,8 +332,9 @@ _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THR
 _WORKER_QUEUE: Any = None
 
 
-def _worker_init(queue: Any) -> None:
+def _worker_init(queue: Any, parent_pid: int) -> None:
     global _WORKER_QUEUE
+    die_with_parent(parent_pid)
     _WORKER_QUEUE = queue
     try:
         import torch
@@ -277,7 +379,8 @@ def _run_pooled(exps: Sequence[Experiment], index: Sequence[int], jobs: int, fin
 
     saved = {k: os.environ.get(k) for k in _ONE_THREAD}
     os.environ.update(_ONE_THREAD)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(q,))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
+                               initargs=(q, os.getpid()))
     try:
         futures = {pool.submit(_worker_run, e.id, kwargs): i for e, i in zip(exps, index)}
         pending = set(futures)

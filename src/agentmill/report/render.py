@@ -104,7 +104,7 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
                 f"<br><small>source: {_e(claim.source)}</small></td><td>{_e(claim.paper_value)}</td>"
                 f"<td><code>{_e(claim.metric)}</code> {_e(claim.threshold_text)}</td>"
                 f"<td class=num title='{_e(how)}'>{_e(ours)}<br><small>{_e(how)}</small></td>"
-                f"<td><span class='v {verdict}'>{_e(verdict)}</span></td>{meta}</tr>")
+                f"<td><span class='v {_e(verdict)}'>{_e(verdict)}</span></td>{meta}</tr>")
         if exp.plots is not None and rec.data:
             pdir = out / "plots" / exp_id
             if pdir.exists():
@@ -122,7 +122,7 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
                                f"</figure>")
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     profiles = sorted({r.profile for r in records})
-    summary = "".join(f"<span><span class='v {k}'>{k}</span> {v}</span>" for k, v in counts.items() if v)
+    summary = "".join(f"<span><span class='v {_e(k)}'>{_e(k)}</span> {v}</span>" for k, v in counts.items() if v)
     doc = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
