@@ -52,3 +52,52 @@ def test_default_serve_is_smollm2_with_dspark_and_greedy_equals_plain_decoding(t
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     plain = eng.generate([list(ids)], SamplingParams(temperature=0, max_tokens=40))[0]
     assert text == eng.tokenizer.decode(plain, skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------------------------- exposure (issue 20)
+def test_default_host_is_loopback_and_the_key_comes_from_flag_or_environment(monkeypatch):
+    from agentmill.cli.main import build_parser
+    from agentmill.cli.serve import api_key_from
+
+    args = build_parser().parse_args(["serve"])
+    assert args.host == "127.0.0.1"
+    monkeypatch.delenv("AGENTMILL_API_KEY", raising=False)
+    assert api_key_from(args) is None
+    monkeypatch.setenv("AGENTMILL_API_KEY", "")
+    assert api_key_from(args) is None                          # an empty variable is unset, not a key of ""
+    monkeypatch.setenv("AGENTMILL_API_KEY", "from-env")
+    assert api_key_from(args) == "from-env"
+    assert api_key_from(build_parser().parse_args(["serve", "--api-key", "flag"])) == "flag"
+
+
+def test_empty_api_key_flag_exits_2(capsys):
+    """A script whose secret expanded to nothing must fail, not serve without a key."""
+    assert main(["serve", "--model", "tiny", "--api-key", ""]) == 2
+    assert "--api-key must not be empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host, key, warns", [
+    ("127.0.0.1", None, False), ("localhost", None, False), ("::1", None, False), ("127.0.0.2", None, False),
+    ("0.0.0.0", None, True), ("::", None, True), ("192.168.1.5", None, True), ("myhost.example", None, True),
+    ("0.0.0.0", "k", False),
+])
+def test_exposure_warning_for_non_loopback_hosts_without_a_key(host, key, warns):
+    from agentmill.cli.serve import exposure_warning
+
+    w = exposure_warning(host, key)
+    assert (w is not None) == warns
+    if warns:
+        assert host in w and "AGENTMILL_API_KEY" in w
+
+
+def test_serve_subprocess_takes_its_key_from_the_environment(monkeypatch):
+    """``AGENTMILL_API_KEY`` keeps the key out of ``ps``: the served ``/v1`` refuses requests without it."""
+    from agentmill.methods.dspark.bench import serve_subprocess
+
+    monkeypatch.setenv("AGENTMILL_API_KEY", "env-sekrit")
+    with serve_subprocess(["--model", "tiny"], timeout_s=60) as (url, _):
+        r = httpx.get(url + "/models")
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert httpx.get(url + "/models", headers={"authorization": "Bearer env-sekrit"}).status_code == 200
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30).models.list()

@@ -109,7 +109,7 @@ def test_stop_strings_and_seeded_sampling(server):
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}, 400,
      "functions"),
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n"),
-    ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, None),
+    ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, "temperature"),
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}, 400, "max_tokens"),
 ])
 def test_malformed_chat_requests_get_openai_errors(server, body, status, param):

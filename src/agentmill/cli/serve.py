@@ -8,12 +8,21 @@ Serves the embedded SmolLM2-135M-Instruct by default, with continuous batching a
 drafter, ``dspark-async`` scheduling on a profiled SPS table). ``--drafter none`` (or ``--policy off``) decodes
 plainly; ``--drafter ngram`` drafts by prompt lookup (``--policy ngram:K`` is the short form). Every speculative
 mode verifies exactly, so outputs follow the target's distribution.
+
+Exposure: the server binds 127.0.0.1 unless ``--host`` names another address. ``--api-key KEY`` (or the
+``AGENTMILL_API_KEY`` environment variable, which keeps the key out of ``ps`` listings and shell history) makes
+every ``/v1`` request carry ``Authorization: Bearer KEY``; binding a non-loopback address without a key prints a
+warning, since anyone who can reach the port can then spend this machine's CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+import sys
 
+API_KEY_ENV = "AGENTMILL_API_KEY"
 MODELS = ("hf:smollm2", "tiny")
 
 
@@ -114,6 +123,33 @@ def serve_sps_table(engine, max_num_seqs: int):
     return table
 
 
+def api_key_from(args: argparse.Namespace) -> str | None:
+    """``--api-key``, else ``$AGENTMILL_API_KEY`` (an empty variable counts as unset); an empty ``--api-key`` is an
+    error, not "no key", so a script that lost its secret fails instead of serving openly."""
+    if args.api_key is not None:
+        if not args.api_key.strip():
+            raise ValueError("--api-key must not be empty")
+        return args.api_key
+    return os.environ.get(API_KEY_ENV) or None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:          # a host name: it may resolve to anything
+        return False
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning printed when the server is reachable beyond this machine without a key, else ``None``."""
+    if api_key is not None or is_loopback(host):
+        return None
+    return (f"agentmill serve: warning: listening on {host} without an API key; anyone who can reach this port can "
+            f"use the model. Set --api-key or ${API_KEY_ENV}, or bind 127.0.0.1.")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -121,13 +157,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    api_key = api_key_from(args)
     spec, name = build_spec_engine(args.model, args.drafter, args.policy, dtype=args.dtype, threads=args.threads,
                                    max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                                    sps_table=args.sps_table)
     loop = BatchingLoop(spec).start()
-    app = create_app(loop, served_model_name=args.served_model_name or name, api_key=args.api_key)
+    app = create_app(loop, served_model_name=args.served_model_name or name, api_key=api_key)
     print(f"agentmill serve: {args.served_model_name or name} on http://{args.host}:{args.port}/v1 "
-          f"(policy {spec.policy}, {args.dtype}, {args.threads} thread(s))", flush=True)
+          f"(policy {spec.policy}, {args.dtype}, {args.threads} thread(s)"
+          f"{', API key required' if api_key else ''})", flush=True)
+    if (warning := exposure_warning(args.host, api_key)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     try:
         uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="warning")
     finally:
@@ -139,7 +179,8 @@ def register(sub) -> None:
     sp = sub.add_parser("serve", help="OpenAI-compatible server (chat/completions, SSE, continuous batching)")
     sp.add_argument("--model", default="hf:smollm2", help="hf:smollm2 (default), hf:<llama folder/gguf>, tiny")
     sp.add_argument("--served-model-name", default=None)
-    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes the server)")
     sp.add_argument("--port", type=int, default=8000)
     sp.add_argument("--max-num-seqs", type=int, default=16)
     sp.add_argument("--max-model-len", type=int, default=2048)
@@ -152,5 +193,6 @@ def register(sub) -> None:
                     help="verify-length policy: auto, off, fixed:K, threshold:T, dsd, dspark, dspark-async[:S]; "
                          "ngram:K = the n-gram drafter verified K at a time")
     sp.add_argument("--sps-table", default=None, help="SPS(B) cost table JSON (profiled at start-up if absent)")
-    sp.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    sp.add_argument("--api-key", default=None,
+                    help=f"require 'Authorization: Bearer KEY' on /v1 (default: ${API_KEY_ENV}, else no key)")
     sp.set_defaults(fn=cmd_serve)

@@ -13,78 +13,65 @@ undeclared tool or has unparseable arguments is returned as plain content and co
 
 Handlers are asyncio; the engine runs in the loop's worker thread. Events cross over with
 ``call_soon_threadsafe`` into a per-request ``asyncio.Queue``. A client that disconnects mid-stream aborts its
-request, which frees its KV at the next step boundary. Malformed requests get OpenAI-style JSON errors (4xx).
+request, which frees its KV at the next step boundary; a non-streaming client that leaves aborts its request too.
+
+Hostile input (issue 20): bodies are capped while they stream in and ``/v1`` can require a bearer key
+(``agentmill.serve.guards``); every field is validated by ``agentmill.serve.schema`` before tokenising, so malformed,
+deep or oversized requests get 4xx in OpenAI's error shape (``agentmill.serve.errors``); tokenising and submitting
+run off the event loop, so one large prompt cannot stall every other stream.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the handlers' annotations at definition time, and
 # ``Request`` is imported lazily inside ``create_app`` (a string annotation could not be resolved).
 import asyncio
+import concurrent.futures
+import dataclasses
+import functools
 import json
+import logging
 import time
 import uuid
 from typing import Any
 
-from agentmill.lm.engine import SamplingParams
+from agentmill.serve.errors import RequestError, error_body, error_json
+from agentmill.serve.guards import BearerAuth, BodyLimit, BodyTooLarge
 from agentmill.serve.loop import BatchingLoop
+from agentmill.serve.schema import PROMPT_CHARS_PER_TOKEN, check_model, completion_prompt, fit_max_tokens, \
+    parse_body, prompt_chars, sampling_from, stream_flags
 from agentmill.serve.tools import ParsedOutput, ToolRequest, ToolRequestError, chat_prompt_ids, parse_tool_call, \
     parse_tool_request, template_renders_tool_role
 
-UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs")
+__all__ = ["RequestError", "create_app", "render_chat", "sampling_from", "tool_message"]
+
+log = logging.getLogger("agentmill.serve")
 
 
-class RequestError(Exception):
-    def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.message, self.param, self.status, self.kind = message, param, status, kind
-
-
-def _error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def sampling_from(body: dict[str, Any]) -> SamplingParams:
-    """Validate the OpenAI sampling fields; anything that would change the distribution unsupported → 400."""
-    for f in UNSUPPORTED:
-        if body.get(f) not in (None, [], {}, False):
-            raise RequestError(f"'{f}' is not supported by this server", f)
-    if body.get("logit_bias"):
-        raise RequestError("'logit_bias' is not supported by this server", "logit_bias")
-    for f in ("presence_penalty", "frequency_penalty"):
-        if body.get(f) not in (None, 0, 0.0):
-            raise RequestError(f"'{f}' must be 0 on this server", f)
-    if body.get("n", 1) != 1:
-        raise RequestError("only n = 1 is supported", "n")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 128))
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not isinstance(stop, list | tuple) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
-        raise RequestError("'stop' must be a non-empty string or a list of at most 4", "stop")
+def _template_errors() -> tuple[type[BaseException], ...]:
+    """What rendering a client's messages through a chat template can raise on bad input: Python's own errors and
+    Jinja's (a template may ``raise_exception`` on, say, roles that do not alternate)."""
+    base: tuple[type[BaseException], ...] = (TypeError, ValueError, KeyError, IndexError, AttributeError,
+                                             RecursionError)
     try:
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
-        top_k = int(body.get("top_k", 0) or 0)
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-            raise RequestError("'max_tokens' must be an integer", "max_tokens")
-        seed = body.get("seed")
-        if seed is not None and not isinstance(seed, int):
-            raise RequestError("'seed' must be an integer", "seed")
-        return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, max_tokens=max_tokens,
-                              stop=tuple(stop))
-    except (TypeError, ValueError) as e:
-        raise RequestError(str(e)) from None
+        from jinja2 import TemplateError
+    except ImportError:
+        return base
+    return (*base, TemplateError)
 
 
 def render_chat(tokenizer: Any, messages: Any, tools: ToolRequest | None = None, *, tool_role: bool = True
                 ) -> list[int]:
     """Token ids of the chat prompt; with ``tools`` the tool list is in the system message and the assistant turn
     starts with ``tools.prefill`` (:func:`agentmill.lm.chat_tools.chat_prompt_ids`, which the model organism uses
-    too)."""
+    too). What the template cannot render is the client's input, so it is a 400: naming ``messages``, or no field
+    when a tool list was rendered too (a malformed JSON Schema in ``parameters`` fails there)."""
     try:
         return chat_prompt_ids(tokenizer, messages, tools, tool_role=tool_role)
     except ToolRequestError as e:
         raise RequestError(str(e), e.param) from None
+    except _template_errors() as e:
+        with_tools = tools is not None and tools.active
+        raise RequestError(f"the {'messages and tools' if with_tools else 'messages'} cannot be rendered into a "
+                           f"prompt: {type(e).__name__}: {e}", None if with_tools else "messages") from None
 
 
 def tool_message(parsed: ParsedOutput, tools: ToolRequest, finish_reason: str) -> tuple[dict[str, Any], str]:
@@ -98,66 +85,73 @@ def tool_message(parsed: ParsedOutput, tools: ToolRequest, finish_reason: str) -
                             for c in calls]}, "tool_calls")
 
 
-def render_completion(tokenizer: Any, body: dict[str, Any]) -> list[int]:
-    if body.get("echo"):
-        raise RequestError("'echo' is not supported", "echo")
-    if body.get("best_of", 1) != 1:
-        raise RequestError("only best_of = 1 is supported", "best_of")
-    if body.get("suffix") is not None:
-        raise RequestError("'suffix' is not supported", "suffix")
-    p = body.get("prompt")
-    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
-        p = p[0]
-    if isinstance(p, str) and p:
-        return list(tokenizer.encode(p, add_special_tokens=False))
-    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-        return p
-    raise RequestError("'prompt' must be a non-empty string, one-element list of strings, or list of token ids",
-                       "prompt")
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except _template_errors() as e:
+        raise RequestError(f"the prompt cannot be tokenised: {type(e).__name__}: {e}", "prompt") from None
+
+
+async def _until_disconnected(receive: Any) -> None:
+    """Return once the client has gone (the ASGI ``http.disconnect`` message; the body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | None = None,
-               max_body_bytes: int = 1 << 20) -> Any:
+               max_body_bytes: int = 1 << 20, max_prompt_chars: int | None = None) -> Any:
+    """The FastAPI app over ``loop``. ``api_key``: required as ``Authorization: Bearer <key>`` on ``/v1``;
+    ``max_body_bytes``: request bodies over it get 413 while they stream in; ``max_prompt_chars``: prompt text
+    over it gets 400 before tokenising (default ``PROMPT_CHARS_PER_TOKEN`` per token of context)."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.background import BackgroundTask
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
     from agentmill.serve.metrics import ServerMetrics
 
     app = FastAPI(title="agentmill", docs_url=None, redoc_url=None)
+    # Added innermost first: the key is checked before a byte of the body is read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if api_key is not None:
+        app.add_middleware(BearerAuth, key=api_key)
     metrics = ServerMetrics(policy=loop.policy, dtype=loop.target.engine_config.dtype,
                             threads=loop.target.engine_config.threads)
     created = int(time.time())
     vocab = loop.target.vocab_size
+    context = loop.context_len
+    max_chars = max_prompt_chars if max_prompt_chars is not None else PROMPT_CHARS_PER_TOKEN * context
     tool_role = template_renders_tool_role(loop.tok)
+    # Tokenising runs here, never on the event loop: a 1 MB prompt held the loop for 3.8 s (SmolLM2's tokenizer;
+    # every other stream stalled as long). One thread serialises it, so a burst of large prompts cannot take more
+    # than one core from the engine, and the tokenizer is never entered by two threads at once.
+    tokenize_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentmill-tokenize")
 
-    def err(e: RequestError) -> JSONResponse:
-        return JSONResponse(_error_body(e.message, e.kind, e.param), status_code=e.status)
+    def error_response(status: int, message: str, kind: str, param: str | None = None,
+                       code: str | None = None) -> Any:
+        return Response(error_json(message, kind, param, code), status_code=status, media_type="application/json")
+
+    async def off_loop(fn: Any, *args: Any, **kw: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(tokenize_pool, functools.partial(fn, *args, **kw))
 
     async def parse(request: Request) -> dict[str, Any]:
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
-            raise RequestError("invalid API key", None, 401, "authentication_error")
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            raise RequestError(f"request body over {max_body_bytes} bytes", None, 413)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise RequestError("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise RequestError("request body must be a JSON object")
-        if body.get("model") not in (None, served_model_name):
-            raise RequestError(f"model '{body.get('model')}' does not exist; this server serves "
-                               f"'{served_model_name}'", "model", 404, "not_found_error")
+        body = parse_body(await request.body())
+        check_model(body, served_model_name)
         return body
 
-    async def run(prompt: list[int], params: SamplingParams, request: Request, chat: bool, stream: bool,
-                  include_usage: bool, tools: ToolRequest | None = None) -> Any:
+    async def run(prompt: list[int], params: Any, body: dict[str, Any], request: Request, chat: bool,
+                  stream: bool, include_usage: bool, tools: ToolRequest | None = None) -> Any:
         if any(t < 0 or t >= vocab for t in prompt):
             raise RequestError(f"token ids must be in [0, {vocab})", "prompt")
+        params = dataclasses.replace(params, max_tokens=fit_max_tokens(body, len(prompt), context,
+                                                                       "messages" if chat else "prompt"))
         aloop = asyncio.get_running_loop()
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         try:
-            rid = loop.submit(prompt, params, lambda ev: aloop.call_soon_threadsafe(q.put_nowait, ev))
+            # submit waits for the engine thread's next step boundary; off the event loop so streams keep flowing
+            rid = await asyncio.to_thread(loop.submit, prompt, params,
+                                          lambda ev: aloop.call_soon_threadsafe(q.put_nowait, ev))
         except ValueError as e:
             raise RequestError(str(e), "messages" if chat else "prompt") from None
         metrics.requests.inc()
@@ -185,22 +179,40 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
         use_tools = chat and tools is not None and tools.active
 
         if not stream:
+            # Nobody else notices a non-streaming client leaving: watch for the disconnect and abort, or the
+            # engine decodes the whole max_tokens for no one (measured: 120 s on, 1500 tokens of SmolLM2).
+            watcher = asyncio.ensure_future(_until_disconnected(request.receive))
+
+            def gone(t: asyncio.Future) -> None:
+                if not t.cancelled() and t.exception() is None:
+                    q.put_nowait({"type": "client_gone"})
+
+            watcher.add_done_callback(gone)
             text = []
-            while True:
-                ev = await q.get()
-                if ev["type"] == "delta":
-                    text.append(ev["text"])
-                elif ev["type"] == "error":
-                    return JSONResponse(_error_body(ev["message"], "server_error", None), status_code=503)
-                else:
-                    record(ev)
-                    content = "".join(text)
-                    message, finish = (answer(content, ev["finish_reason"]) if use_tools else
-                                       ({"role": "assistant", "content": content}, ev["finish_reason"]))
-                    choice = ({"index": 0, "message": message, "finish_reason": finish, "logprobs": None} if chat else
-                              {"index": 0, "text": content, "finish_reason": ev["finish_reason"], "logprobs": None})
-                    return JSONResponse({"id": cid, "object": obj, "created": int(time.time()),
-                                         "model": served_model_name, "choices": [choice], "usage": usage(ev)})
+            try:
+                while True:
+                    ev = await q.get()
+                    if ev["type"] == "delta":
+                        text.append(ev["text"])
+                    elif ev["type"] == "client_gone":
+                        loop.abort(rid)
+                        metrics.aborted.inc()
+                        return Response(status_code=499)     # nobody reads it; nginx's "client closed request"
+                    elif ev["type"] == "error":
+                        return error_response(503, ev["message"], "server_error")
+                    else:
+                        record(ev)
+                        content = "".join(text)
+                        message, finish = (answer(content, ev["finish_reason"]) if use_tools else
+                                           ({"role": "assistant", "content": content}, ev["finish_reason"]))
+                        choice = ({"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                                  if chat else
+                                  {"index": 0, "text": content, "finish_reason": ev["finish_reason"],
+                                   "logprobs": None})
+                        return JSONResponse({"id": cid, "object": obj, "created": int(time.time()),
+                                             "model": served_model_name, "choices": [choice], "usage": usage(ev)})
+            finally:
+                watcher.cancel()
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -227,8 +239,10 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                                  None))
             return out
 
+        finished = False
+
         async def events():
-            finished = False
+            nonlocal finished
             buffered: list[str] = []
             try:
                 if chat:
@@ -241,7 +255,7 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                         yield chunk({"content": ev["text"]} if chat else ev["text"], None)
                     elif ev["type"] == "error":
                         finished = True
-                        yield "data: " + json.dumps(_error_body(ev["message"], "server_error", None)) + "\n\n"
+                        yield "data: " + json.dumps(error_body(ev["message"], "server_error", None)) + "\n\n"
                         break
                     else:
                         finished = True
@@ -262,11 +276,41 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                 if not finished:          # client went away mid-stream
                     loop.abort(rid)
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        def abort_unfinished() -> None:
+            """Also runs when the client left before the first chunk, when ``events()`` never started (and so its
+            ``finally`` never runs)."""
+            if not finished:
+                loop.abort(rid)
+                metrics.aborted.inc()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
+                                 background=BackgroundTask(abort_unfinished))
 
     @app.exception_handler(RequestError)
-    async def _request_error(_request: Request, e: RequestError) -> JSONResponse:
-        return err(e)
+    async def _request_error(_request: Request, e: RequestError) -> Any:
+        return error_response(e.status, e.message, e.kind, e.param, e.code)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request: Request, e: HTTPException) -> Any:
+        """Unknown routes and methods in OpenAI's shape too (Starlette's default is ``{"detail": ...}``)."""
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return error_response(e.status_code, str(e.detail), kind)
+
+    def guarded(handler: Any) -> Any:
+        """A handler whose unexpected exception becomes a 500 in OpenAI's shape. Left to Starlette, the exception
+        also reaches uvicorn, which closes the connection and so resets the client's pool."""
+        async def wrapped(request: Request) -> Any:
+            try:
+                return await handler(request)
+            except (RequestError, BodyTooLarge):
+                raise
+            except ClientDisconnect:            # left while sending its body: nobody to answer
+                return Response(status_code=499)
+            except Exception as e:  # noqa: BLE001 - logged with its traceback; the client gets a JSON 500
+                log.exception("%s %s failed", request.method, request.url.path)
+                return error_response(500, f"internal error: {type(e).__name__}", "server_error")
+        wrapped.__name__ = handler.__name__
+        return wrapped
 
     @app.get("/health")
     async def health() -> Any:
@@ -284,25 +328,30 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
         metrics.set_queue(loop.n_running, loop.n_waiting, loop.stats)
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await parse(request)
         params = sampling_from(body)
+        stream, include_usage = stream_flags(body)
         try:
             tools = parse_tool_request(body)
         except ToolRequestError as e:
             raise RequestError(str(e), e.param) from None
-        prompt = render_chat(loop.tok, body.get("messages"), tools, tool_role=tool_role)
-        so = body.get("stream_options") or {}
-        return await run(prompt, params, request, True, bool(body.get("stream")), bool(so.get("include_usage")),
-                         tools)
+        n_chars = prompt_chars(body.get("messages")) + (prompt_chars(body.get("tools")) if tools else 0)
+        if n_chars > max_chars:
+            raise RequestError(f"the messages are {n_chars} characters; this server tokenises at most {max_chars} "
+                               f"(the model's context is {context} tokens)", "messages")
+        prompt = await off_loop(render_chat, loop.tok, body.get("messages"), tools, tool_role=tool_role)
+        return await run(prompt, params, body, request, True, stream, include_usage, tools)
 
-    @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         body = await parse(request)
         params = sampling_from(body)
-        prompt = render_completion(loop.tok, body)
-        so = body.get("stream_options") or {}
-        return await run(prompt, params, request, False, bool(body.get("stream")), bool(so.get("include_usage")))
+        stream, include_usage = stream_flags(body)
+        prompt = completion_prompt(body, vocab=vocab, context=context, max_chars=max_chars)
+        if isinstance(prompt, str):
+            prompt = await off_loop(encode_prompt, loop.tok, prompt)
+        return await run(prompt, params, body, request, False, stream, include_usage)
 
+    app.post("/v1/chat/completions")(guarded(chat))
+    app.post("/v1/completions")(guarded(completions))
     return app

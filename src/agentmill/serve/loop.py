@@ -5,6 +5,7 @@ any thread through a queue and take effect at step boundaries; no algorithm live
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -13,6 +14,8 @@ from typing import Any
 
 from agentmill.lm.engine import SamplingParams
 from agentmill.methods.dspark.engine import SpecEngine
+
+log = logging.getLogger("agentmill.serve")
 
 Event = dict[str, Any]
 """{"type": "delta", "text": str} | {"type": "done", "finish_reason": "stop"|"length", "prompt_tokens": int,
@@ -39,6 +42,13 @@ class BatchingLoop:
     @property
     def policy(self) -> str:
         return self.engine.policy
+
+    @property
+    def context_len(self) -> int:
+        """Most tokens (prompt + completion) one request may hold: the KV pool's ``max_len``, or the engine config's
+        ``max_model_len`` for engines without a pool (scripted fakes)."""
+        kv_max = getattr(getattr(self.target, "kv", None), "max_len", None)
+        return int(kv_max if kv_max is not None else self.target.engine_config.max_model_len)
 
     # ------------------------------------------------------------------ API (any thread)
     def start(self) -> BatchingLoop:
@@ -88,17 +98,31 @@ class BatchingLoop:
                 self._drain(block=not self.engine.has_work())
                 if self.engine.has_work():
                     t0 = time.perf_counter()
-                    for out in self.engine.step():
+                    try:
+                        outs = self.engine.step()
+                    except Exception as e:  # noqa: BLE001 - fail the requests in flight, keep serving
+                        log.exception("engine step failed; failing the %d request(s) in flight", len(self._emit))
+                        self._fail_all(f"engine error: {type(e).__name__}: {e}")
+                        continue
+                    for out in outs:
                         self._deliver(out)
                     if self.on_step:
                         self.on_step({"seconds": time.perf_counter() - t0, "running": self.engine.n_running,
                                       "waiting": self.engine.n_waiting})
         finally:
             self.alive = False
-            for rid, emit in list(self._emit.items()):
+            self._fail_all("server shutting down")
+
+    def _fail_all(self, message: str) -> None:
+        """Abort every live request and tell its handler why. A step that raised (a bug, or an input the server's
+        validation missed) would otherwise end this thread and leave the server up but unable to answer."""
+        for rid, emit in list(self._emit.items()):
+            try:
                 self.engine.abort(rid)
-                emit({"type": "error", "message": "server shutting down"})
-            self._emit.clear()
+            except Exception:  # noqa: BLE001 - a broken engine must not keep the others from hearing back
+                log.exception("abort of request %d failed", rid)
+            emit({"type": "error", "message": message})
+        self._emit.clear()
 
     def _drain(self, block: bool) -> None:
         try:

@@ -11,6 +11,8 @@ class ServerMetrics:
 
         self.registry = r = CollectorRegistry()
         self.requests = Counter("agentmill_requests", "requests accepted", registry=r)
+        self.aborted = Counter("agentmill_requests_aborted", "requests aborted because their client left",
+                               registry=r)
         self.running = Gauge("agentmill_requests_running", "requests decoding", registry=r)
         self.waiting = Gauge("agentmill_requests_waiting", "requests queued", registry=r)
         self.prompt_tokens = Gauge("agentmill_prompt_tokens_total", "prompt tokens prefilled", registry=r)
