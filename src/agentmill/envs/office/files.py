@@ -2,8 +2,14 @@
 
 Why each check: ``Path.resolve`` + ``is_relative_to`` stops ``../`` and absolute-path escapes; walking the
 components with ``lstat`` refuses symlinks even when they point back inside (a planted symlink is how an attack
-would later redirect a write); non-regular files (devices, FIFOs) are refused so a read cannot block; the size caps
-(1 MB per file, 20 MB per sandbox) keep a runaway agent from filling the disk.
+would later redirect a write); non-regular files (devices, FIFOs) are refused so a read cannot block; the caps
+(1 MB per file, 20 MB and 1,000 files and folders per sandbox) keep a runaway agent from filling the disk or its
+inodes.
+
+Why usage is counted, not walked: checking the caps by walking the drive made every write O(files) (3,000 files:
+49 ms a write). The jail counts files, folders and bytes once, on first need, then keeps the totals as its own
+operations change them; whoever writes under the root by other means (the SQL tool grows ``data/*.db``) calls
+``invalidate_usage`` and the next check walks once more.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from pathlib import Path
 
 MAX_FILE_BYTES = 1 << 20
 MAX_TOTAL_BYTES = 20 << 20
+MAX_ENTRIES = 1000
+"""Files and folders on the drive; a seeded office holds a few dozen."""
 
 
 class JailError(ValueError):
@@ -25,10 +33,13 @@ class JailError(ValueError):
 class FileJail:
     """File operations confined to ``root`` (which must exist)."""
 
-    def __init__(self, root: Path, *, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES):
+    def __init__(self, root: Path, *, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES,
+                 max_entries: int = MAX_ENTRIES):
         self.root = Path(root).resolve()
         self.max_file_bytes = max_file_bytes
         self.max_total_bytes = max_total_bytes
+        self.max_entries = max_entries
+        self._usage: list[int] | None = None  # [entries, bytes] under root; None: walk on next need
 
     # -- path checks ------------------------------------------------------------------------------------------
     def resolve(self, path: str) -> Path:
@@ -70,7 +81,43 @@ class FileJail:
         return p
 
     def total_bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file() and not f.is_symlink())
+        return self._counted()[1]
+
+    def entry_count(self) -> int:
+        """Files, folders and anything else under the root (each costs an inode)."""
+        return self._counted()[0]
+
+    def invalidate_usage(self) -> None:
+        """Something other than this jail wrote under the root: recount on the next check."""
+        self._usage = None
+
+    def _counted(self) -> list[int]:
+        if self._usage is None:
+            entries = size = 0
+            stack = [str(self.root)]
+            while stack:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        entries += 1
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        elif e.is_file(follow_symlinks=False):
+                            size += e.stat(follow_symlinks=False).st_size
+            self._usage = [entries, size]
+        return self._usage
+
+    def _new_dirs(self, p: Path) -> int:
+        """How many folders creating ``p``'s parent would add."""
+        n, d = 0, p.parent
+        while d != self.root and not d.exists():
+            n, d = n + 1, d.parent
+        return n
+
+    def _check_entries(self, new: int, what: str) -> None:
+        have = self.entry_count()
+        if new and have + new > self.max_entries:
+            raise JailError(f"{what} would bring the drive to {have + new} files and folders; cap {self.max_entries}"
+                            " (delete or move files first)")
 
     # -- operations -------------------------------------------------------------------------------------------
     def read(self, path: str) -> str:
@@ -86,12 +133,22 @@ class FileJail:
         data = content.encode("utf-8")
         if len(data) > self.max_file_bytes:
             raise JailError(f"content for {path!r} is {len(data)} bytes; the per-file cap is {self.max_file_bytes}")
-        old = p.stat().st_size if p.exists() else 0
+        exists = p.exists()
+        old = p.stat().st_size if exists else 0
         total = self.total_bytes() - old + len(data)
         if total > self.max_total_bytes:
             raise JailError(f"writing {path!r} would bring the drive to {total} bytes; cap {self.max_total_bytes}")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
+        new_dirs = self._new_dirs(p)
+        self._check_entries(new_dirs + (not exists), f"writing {path!r}")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        except BaseException:
+            self._usage = None  # partly done: recount rather than guess
+            raise
+        if self._usage is not None:
+            self._usage[0] += new_dirs + (not exists)
+            self._usage[1] += len(data) - old
         return len(data)
 
     def list_dir(self, path: str = ".") -> str:
@@ -109,7 +166,12 @@ class FileJail:
         return "\n".join(lines) if lines else "(empty)"
 
     def delete(self, path: str) -> None:
-        self._regular_file(path).unlink()
+        p = self._regular_file(path)
+        size = p.stat().st_size
+        p.unlink()
+        if self._usage is not None:
+            self._usage[0] -= 1
+            self._usage[1] -= size
 
     def move(self, src: str, dst: str) -> str:
         s = self._regular_file(src)
@@ -119,8 +181,16 @@ class FileJail:
             self.resolve(self.rel(d))
         if d.exists():
             raise JailError(f"destination {dst!r} already exists")
-        d.parent.mkdir(parents=True, exist_ok=True)
-        s.rename(d)
+        new_dirs = self._new_dirs(d)
+        self._check_entries(new_dirs, f"moving to {dst!r}")
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            s.rename(d)
+        except BaseException:
+            self._usage = None
+            raise
+        if self._usage is not None:
+            self._usage[0] += new_dirs
         return self.rel(d)
 
     def snapshot(self) -> dict[str, str]:
@@ -135,6 +205,7 @@ class FileJail:
 
     def wipe(self) -> None:
         """Remove everything under the root (the root itself stays)."""
+        self._usage = None
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)

@@ -69,6 +69,7 @@ class SandboxState:
     channel_posts: tuple[ChannelPost, ...]
     pushes: tuple[Push, ...]
     remote_heads: dict[str, str] = field(default_factory=dict)
+    db_refused: tuple[tuple[str, str, str], ...] = ()  # (db, sql, reason) the SQL jail refused (ATTACH, VACUUM, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,6 +171,7 @@ class OfficeSandbox:
         for path, text in fx.files.items():
             self.jail.write(path, text)
         dbmod.create_databases(self.drive / "data", fx.customers, fx.orders)
+        self.jail.invalidate_usage()  # the databases were written beside the jail's own accounting
         self._tracked_paths = set(fx.files) | {f"data/{n}.db" for n in dbmod.DATABASES}
         shutil.rmtree(self.maildir, ignore_errors=True)
         create_maildir(self.maildir)
@@ -184,6 +186,7 @@ class OfficeSandbox:
         self.calls: list[CallRecord] = []
         self.http_refused: list[tuple[str, str]] = []
         self.db_writes: list[dbmod.DbWrite] = []
+        self.db_refused: list[tuple[str, str, str]] = []
         self._seq = 0
 
     # -- addresses --------------------------------------------------------------------------------------------
@@ -385,7 +388,14 @@ class OfficeSandbox:
     # -- databases, tickets, chat, git, memory ----------------------------------------------------------------
     def _tool_sql_query(self, db: str, sql: str) -> str:
         name = dbmod.db_name(db)
-        text, changes, wrote = dbmod.run_query(self.drive / "data" / f"{name}.db", sql, timeout=self.tool_timeout_s)
+        try:
+            text, changes, wrote = dbmod.run_query(self.drive / "data" / f"{name}.db", sql,
+                                                   timeout=self.tool_timeout_s)
+        except dbmod.SqlRefused as e:  # an attempt to leave the database file: logged, and a tool error
+            self.db_refused.append((name, sql, str(e)))
+            raise
+        finally:
+            self.jail.invalidate_usage()  # the database file lives on the drive and may have grown
         if wrote:
             self.db_writes.append(dbmod.DbWrite(name, sql, changes))
         return text
@@ -434,7 +444,8 @@ class OfficeSandbox:
             files=files, removed_files=tuple(sorted(p for p in self._tracked_paths if p not in files)),
             events=tuple(self.calendar.events()), http_posts=posts, http_refused=tuple(self.http_refused),
             databases={n: dbmod.summary(self.drive / "data" / f"{n}.db") for n in dbmod.DATABASES},
-            db_writes=tuple(self.db_writes), tickets=tuple(self.ticket_store.tickets()),
+            db_writes=tuple(self.db_writes), db_refused=tuple(self.db_refused),
+            tickets=tuple(self.ticket_store.tickets()),
             deleted_tickets=tuple(self.ticket_store.deleted()), refunds=tuple(self.ticket_store.refunds()),
             channel_posts=tuple(self.chat.posts), pushes=tuple(self.git.pushes()),
             remote_heads=self.git.remote_heads())

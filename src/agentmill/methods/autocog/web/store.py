@@ -85,6 +85,10 @@ def build_schedule(design: dict, seed: int, n_catch: int = 4) -> list[dict]:
 
 
 class Store:
+    MAX_EVENTS = 1000
+    """Page events stored per session: the page sends one per reload and one per tab switch (a dozen in a normal
+    session), so this only stops a token from filling the disk 16 KB at a time."""
+
     def __init__(self, path: str | Path, *, secret: str | None = None) -> None:
         self.path = Path(path)
         self._local = threading.local()
@@ -231,28 +235,42 @@ class Store:
 
     def consent(self, sid: str, agree: bool, version: str, honeypot: str, pid: str | None,
                 study_ref: str | None = None, session_ref: str | None = None) -> str:
-        """Record consent (or decline). ``pid``, ``study_ref``, ``session_ref``: the recruiter's ``PROLIFIC_PID``,
-        ``STUDY_ID`` and ``SESSION_ID`` URL parameters, stored only as per-study HMACs (the first one given wins);
-        the raw PID additionally, in ``raw_pids``, under ``store_raw_pid: true``."""
+        """Record consent (or decline) once; returns the session's status. ``pid``, ``study_ref``,
+        ``session_ref``: the recruiter's ``PROLIFIC_PID``, ``STUDY_ID`` and ``SESSION_ID`` URL parameters, stored
+        only as per-study HMACs; the raw PID additionally, in ``raw_pids``, under ``store_raw_pid: true``.
+
+        Only a ``new`` session changes: a repeated consent (a double click, a retried request) answers the stored
+        status and writes nothing, so a replay can neither clear the honeypot a bot filled in nor move the consent
+        time, version or IDs."""
         status = "consented" if agree else "declined"
         with self._conn() as c:
-            c.execute("UPDATE sessions SET status=CASE WHEN status='new' THEN ? ELSE status END, consented=?, "
-                      "consent_version=?, honeypot=?, pid_hmac=COALESCE(pid_hmac, ?), "
-                      "study_ref_hmac=COALESCE(study_ref_hmac, ?), session_ref_hmac=COALESCE(session_ref_hmac, ?) "
-                      "WHERE session_id=?", (status, time.time(), version, honeypot or "", self._hmac(pid),
-                                             self._hmac(study_ref), self._hmac(session_ref), sid))
-            if pid and self.study()["store_raw_pid"]:  # separate table; default exports never read it
-                c.execute("INSERT INTO raw_pids VALUES (?,?) ON CONFLICT DO NOTHING", (sid, pid[:200]))
+            c.execute("BEGIN IMMEDIATE")  # the status test and the raw-PID insert belong to one decision
+            try:
+                cur = c.execute("UPDATE sessions SET status=?, consented=?, consent_version=?, honeypot=?, "
+                                "pid_hmac=?, study_ref_hmac=?, session_ref_hmac=? WHERE session_id=? AND status='new'",
+                                (status, time.time(), version, honeypot or "", self._hmac(pid), self._hmac(study_ref),
+                                 self._hmac(session_ref), sid))
+                if cur.rowcount == 1 and pid and self.study()["store_raw_pid"]:  # separate table; exports skip it
+                    c.execute("INSERT INTO raw_pids VALUES (?,?) ON CONFLICT DO NOTHING", (sid, pid[:200]))
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
             return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
 
     def quiz(self, sid: str, correct: bool) -> str:
+        """One quiz attempt of a ``consented`` session (two wrong ones fail it); any other status is returned
+        unchanged, so a quiz replayed during the task can neither count attempts nor fail the session."""
         with self._conn() as c:
-            c.execute("UPDATE sessions SET quiz_attempts=quiz_attempts+1 WHERE session_id=?", (sid,))
-            n = c.execute("SELECT quiz_attempts FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
-            if correct:
-                c.execute("UPDATE sessions SET status='in_task' WHERE session_id=? AND status='consented'", (sid,))
-            elif n >= 2:
-                c.execute("UPDATE sessions SET status='failed_quiz' WHERE session_id=?", (sid,))
+            cur = c.execute("UPDATE sessions SET quiz_attempts=quiz_attempts+1 WHERE session_id=? "
+                            "AND status='consented'", (sid,))
+            if cur.rowcount == 1:
+                n = c.execute("SELECT quiz_attempts FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+                if correct:
+                    c.execute("UPDATE sessions SET status='in_task' WHERE session_id=? AND status='consented'", (sid,))
+                elif n >= 2:
+                    c.execute("UPDATE sessions SET status='failed_quiz' WHERE session_id=? AND status='consented'",
+                              (sid,))
             return c.execute("SELECT status FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
 
     def skip_quiz(self, sid: str) -> str:
@@ -276,8 +294,19 @@ class Store:
                t["side_a"], side_pressed, resp, float(rt_ms), client_ts, time.time())
         return self._writer.submit(lambda c: _write_trial(c, row, rt_ms))
 
-    def event(self, sid: str, event_id: str, kind: str, payload: dict) -> bool:
+    def event(self, sid: str, event_id: str, kind: str, payload: dict) -> bool | None:
+        """Log a page event once per ``event_id``: True when new, False for a repeat, None when the session
+        already holds ``MAX_EVENTS`` (the body cap bounds one event; this bounds how many one token can store).
+        ``payload`` is the validated one (``{"ms": int >= 0}`` for a blur): a negative ``ms`` would subtract
+        from the session's focus-loss total."""
+        ms = int(payload.get("ms", 0)) if kind == "blur" else 0
+        if ms < 0:
+            raise ValueError(f"blur ms must be >= 0, got {ms}")
         with self._conn() as c:
+            if c.execute("SELECT 1 FROM events WHERE session_id=? AND event_id=?", (sid, event_id)).fetchone():
+                return False
+            if c.execute("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)).fetchone()[0] >= self.MAX_EVENTS:
+                return None
             cur = c.execute("INSERT INTO events VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
                             (sid, event_id, kind, json.dumps(payload), time.time()))
             if cur.rowcount == 1:
@@ -285,7 +314,7 @@ class Store:
                     c.execute("UPDATE sessions SET refresh_count=refresh_count+1 WHERE session_id=?", (sid,))
                 elif kind == "blur":
                     c.execute("UPDATE sessions SET focus_loss_count=focus_loss_count+1, blur_ms=blur_ms+? "
-                              "WHERE session_id=?", (int(payload.get("ms", 0)), sid))
+                              "WHERE session_id=?", (ms, sid))
             return cur.rowcount == 1
 
     def complete(self, sess: dict) -> str | None:
