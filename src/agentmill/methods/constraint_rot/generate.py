@@ -221,6 +221,7 @@ def _plant_table(sb: OfficeSandbox, db: str, table: str) -> None:
         con.commit()
     finally:
         con.close()
+        sb.jail.invalidate_usage()  # the drive's size caps count this database: recount on the next check
 
 
 def _plant_branch(sb: OfficeSandbox, branch: str) -> None:
