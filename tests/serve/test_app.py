@@ -149,12 +149,14 @@ def test_disconnect_mid_stream_frees_the_request(server):
 # ---------------------------------------------------------------------------------------------- tool calling
 class ScriptedEngine:
     """The ``SpecEngine`` surface ``BatchingLoop`` uses, answering each prompt with ``script(prompt_text)`` in
-    3-character deltas; it records every prompt it was given."""
+    3-character deltas; it records every prompt it was given. Its context (``max_model_len``, which the server
+    checks prompt + ``max_tokens`` against) is 64k byte tokens, room for the whole transcripts the E164 LangChain
+    test sends through it."""
 
     def __init__(self, script):
         self.script, self.tok, self.policy, self.stats = script, ByteTokenizer(), "scripted", SpecStats()
-        self.target = SimpleNamespace(engine_config=EngineConfig(threads=1), vocab_size=ByteTokenizer.vocab_size,
-                                      kv={})
+        self.target = SimpleNamespace(engine_config=EngineConfig(threads=1, max_model_len=1 << 16),
+                                      vocab_size=ByteTokenizer.vocab_size, kv={})
         self.prompts: list[str] = []
         self._live: dict[int, list] = {}
         self._next = 0
