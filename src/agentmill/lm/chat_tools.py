@@ -160,6 +160,10 @@ def _tool(t: Any, where: str, seen: set[str]) -> Tool:
     if not isinstance(params, dict) or ("properties" in params and not isinstance(params["properties"], dict)):
         raise ToolRequestError(f"'{where}.function.parameters' must be a JSON Schema object",
                                f"{where}.function.parameters")
+    required = params.get("required")
+    if required is not None and not (isinstance(required, list) and all(isinstance(k, str) for k in required)):
+        raise ToolRequestError(f"'{where}.function.parameters.required' must be a list of property names",
+                               f"{where}.function.parameters.required")
     return Tool(name, desc, params)
 
 

@@ -224,3 +224,19 @@ def test_a_killed_training_resumes_exactly_from_its_safetensors_checkpoint(setup
     train_drafter(resumed, cache, tcfg, tmp_path / "run")
     a, b = whole.state_dict(), resumed.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_dspark_proposer_accepts_any_64_bit_request_seed(setup):
+    """The drafter's generator seed is derived from the request's (``seed * 7919 + 104729``); a seed above ~1e15
+    overflowed torch's 64-bit seed and failed the request. The derived seed is folded into 63 bits."""
+    from agentmill.lm.engine import SamplingParams
+    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.proposers import DSparkProposer
+
+    eng, corpus, _, _ = setup
+    tok = eng.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hello there"}], tokenize=True)
+    spec = SpecEngine(eng, DSparkProposer(_drafter(eng, corpus, vocab=128)), verify_len=2)
+    for seed in (2**63 - 1, 10**16, 0):
+        out = _run(spec, [prompt], SamplingParams(temperature=1.0, max_tokens=6, ignore_eos=True, seed=seed))
+        assert len(out[0]) == 6

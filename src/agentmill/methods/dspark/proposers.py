@@ -97,8 +97,8 @@ class DSparkProposer:
         import torch
 
         self._state[rid] = {"k": [None] * len(self.d.layers), "v": [None] * len(self.d.layers), "n": 0,
-                            "gen": torch.Generator().manual_seed((seed if seed is not None else self.seed) * 7919
-                                                                 + 104729)}
+                            "gen": torch.Generator().manual_seed(
+                                ((seed if seed is not None else self.seed) * 7919 + 104729) % (1 << 63))}
         self.commit(rid, taps)
 
     def commit(self, rid: int, taps: Any) -> None:
