@@ -32,3 +32,22 @@ def test_battery_check_and_sandbox_check(capsys) -> None:
     assert "R=1" in out and "passed" in out
     assert main(["autocog", "sandbox-check"]) == 0
     assert "audit_hook" in capsys.readouterr().out
+
+
+def test_sandbox_commands_without_bubblewrap_are_one_line(tmp_path) -> None:
+    """No bwrap on PATH: the sandbox refuses (it does not fall back quietly) and the CLI says how to install it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    env = {"PATH": str(bindir), "HOME": str(tmp_path)}
+    p = subprocess.run([str(Path(sys.executable).with_name("agentmill")), "autocog", "sandbox-check"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "apt-get install bubblewrap" in p.stderr
+    env["AGENTMILL_SANDBOX"] = "python-only"
+    p = subprocess.run([str(Path(sys.executable).with_name("agentmill")), "autocog", "sandbox-check"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and "isolation                    python-only" in p.stdout

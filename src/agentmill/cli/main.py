@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from agentmill.cli.bars import progress_bar
+from agentmill.core.sandbox import SandboxUnavailable
 from agentmill.experiments.protocol import PROFILES
 from agentmill.lm.base import LMError
 
@@ -268,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"agentmill: error: {msg}", file=sys.stderr)
         return 2
+    except SandboxUnavailable as e:  # bubblewrap missing or unusable: the message says how to install it
+        print(f"agentmill: error: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         # A disk condition (unwritable --runs-dir or --report-dir, a full disk): the path and the OS error on one
         # line, not a traceback; records finished before it are kept.

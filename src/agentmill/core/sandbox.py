@@ -94,8 +94,12 @@ class SandboxMemory(SandboxError):
     kind = "memory"
 
 
-class SandboxUnavailable(SandboxError):
-    """The operating-system boundary cannot run on this machine (and ``AGENTMILL_SANDBOX`` does not accept less)."""
+class SandboxUnavailable(RuntimeError):
+    """The operating-system boundary cannot run on this machine (and ``AGENTMILL_SANDBOX`` does not accept less).
+
+    Not a :class:`SandboxError`: callers treat those as a fault of the code they ran (an LLM's candidate is re-asked,
+    a theory scored as failed), whereas this is the machine's, and must stop the run instead of failing every
+    candidate quietly."""
 
     kind = "unavailable"
 
