@@ -43,8 +43,10 @@ sandbox-deps:
 reproduce: install sandbox-deps
 	HF_HUB_OFFLINE=1 $(VENV)/bin/agentmill reproduce --profile $(PROFILE)
 
+# Two pytest-xdist workers, one compute thread each (tests/conftest.py): most of the suite waits on child processes,
+# servers and model loads, so two workers on two cores take about half the wall time. Ray tests share one worker.
 test: install browser-deps sandbox-deps
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 benchmark: install
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/lm_throughput.py
