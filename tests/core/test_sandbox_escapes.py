@@ -255,3 +255,17 @@ def test_the_private_tmp_is_capped(monkeypatch) -> None:
     with pytest.raises(sandbox.CodeOutputError, match="No space left"):
         run_child(src, request={"function": "f"}, policy=files, limits=limits)
 
+
+
+def test_an_interpreter_under_tmp_stays_visible(monkeypatch, tmp_path) -> None:
+    """CI clones into /tmp, so its virtualenv lives there: the private /tmp is mounted before the interpreter's
+    directories are bound, or it would hide them (bwrap: execvp .../python: No such file or directory)."""
+    import subprocess
+
+    root = tmp_path / "venv-like"
+    root.mkdir()
+    (root / "marker.txt").write_text("visible")
+    monkeypatch.setattr(bubblewrap, "python_roots", lambda: [str(root)])
+    argv = bubblewrap.command(["/usr/bin/cat", str(root / "marker.txt")], env={}, tmp_bytes=1 << 20)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stdout) == (0, "visible"), p.stderr

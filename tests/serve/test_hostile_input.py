@@ -211,7 +211,8 @@ def test_prompt_over_the_size_cap_is_refused_before_tokenising(scripted):
     (b'{"model": "scripted", "messages": [{"role": "user", "content": "\\ud800"}]}', None),
     (b'{"model": "scripted", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}', None),
     (b'{"model": "scripted", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
-     b'"function": {"name": "f", "parameters": {"properties": {"a": {}}, "required": 5}}}]}', None),
+     b'"function": {"name": "f", "parameters": {"properties": {"a": {}}, "required": 5}}}]}',
+     "tools[0].function.parameters.required"),
     (b'{"model": "scripted", "prompt": "\\udfff"}', None),
     (b'{"model": "scripted", "prompt": "x", "max_tokens": 9' + b"9" * 5000 + b"}", None),
 ])

@@ -76,11 +76,12 @@ def command(argv: list[str], *, env: Mapping[str, str], tmp_bytes: int) -> list[
            "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--clearenv"]
     for k, v in env.items():
         cmd += ["--setenv", k, v]
+    # The private /tmp first: binds made before it would be hidden under it (a virtualenv in /tmp, as CI's clone has).
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(tmp_bytes)), "--tmpfs", "/tmp", "--dir", WORKDIR]
     cmd += system_binds()
     for root in python_roots():
         cmd += ["--ro-bind", root, root]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(tmp_bytes)), "--tmpfs", "/tmp", "--dir", WORKDIR, "--chdir", WORKDIR]
-    return cmd + ["--"] + list(argv)
+    return cmd + ["--chdir", WORKDIR, "--"] + list(argv)
 
 
 @functools.cache
