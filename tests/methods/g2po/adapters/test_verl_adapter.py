@@ -11,7 +11,6 @@ in an environment with verl to check the copy against the original).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 
@@ -23,6 +22,7 @@ from agentmill.methods.g2po.adapters import verl_adapter
 from agentmill.methods.g2po.config import GiGPOConfig
 from agentmill.methods.g2po.keys import ExactKey
 from tests.helpers.step_tables import golden_table
+from tests.helpers.stock_verl import STOCK_VERL
 
 
 @pytest.fixture
@@ -182,11 +182,6 @@ def _copied_compute_advantage(get_adv_estimator_fn):
         return data
 
     return compute_advantage
-
-
-STOCK_VERL = ["copy"] + (["real"] if importlib.util.find_spec("verl") else [])
-"""The real verl 0.9.1 joins when importable: no agentmill extra installs it (it pins transformers < 5.11), so the
-suite runs the copy and a developer with verl in the environment runs both (not a skip: nothing is missing)."""
 
 
 @pytest.fixture(params=STOCK_VERL)

@@ -1,6 +1,5 @@
 """The verl-style estimator: plain GRPO bit-for-bit, subtree spans, uid encoding and its guards."""
 
-import importlib.util
 import json
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 from agentmill.methods.tree_rollouts.integrations.verl import (decode_tree_uid, encode_tree_uid, tree_grpo_advantage,
                                                                tree_paths)
 from agentmill.methods.tree_rollouts.tree import Reward, RolloutTree
+from tests.helpers.stock_verl import STOCK_VERL
 
 
 def _verl_grpo(scores, index, eps=1e-6, norm=True):
@@ -105,11 +105,6 @@ def _copied_compute_advantage(registry):
         return data
 
     return compute_advantage
-
-
-STOCK_VERL = ["copy"] + (["real"] if importlib.util.find_spec("verl") else [])
-"""The real verl 0.9.1 joins when importable: no agentmill extra installs it (it pins transformers < 5.11), so the
-suite runs the copy and a developer with verl in the environment runs both (not a skip: nothing is missing)."""
 
 
 @pytest.fixture(params=STOCK_VERL)
