@@ -219,3 +219,29 @@ def _status(p) -> str:
         return p.status()
     except psutil.NoSuchProcess:
         return psutil.STATUS_DEAD
+
+
+def test_list_shows_each_quick_budget(monkeypatch, capsys, tmp_path) -> None:
+    import dataclasses
+
+    budgeted = dataclasses.replace(COIN, quick_budget_s=45.0)
+    monkeypatch.setattr(experiments, "_registry", {e.id: e for e in (budgeted, ECHO)})
+    assert main(["list", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "quick budget" in out and "45 s" in out
+
+
+@pytest.mark.parametrize("profile,seconds,budget,warned", [
+    ("quick", 91.0, 45.0, True), ("quick", 90.0, 45.0, False), ("quick", 500.0, None, False),
+    ("full", 500.0, 45.0, False),
+])
+def test_a_quick_run_over_twice_its_budget_is_reported(capsys, profile, seconds, budget, warned) -> None:
+    import dataclasses
+
+    from agentmill.experiments.runner import over_budget
+
+    exp = dataclasses.replace(COIN, quick_budget_s=budget)
+    rec = RunRecord(experiment_id=COIN.id, profile=profile, setup={}, wall_seconds=seconds)
+    assert over_budget(exp, rec) is warned
+    err = capsys.readouterr().err
+    assert (f"{COIN.id} took {seconds:.0f} s at quick" in err) is warned
