@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from importlib import import_module
+from pathlib import Path
 
 from agentmill.lm.base import (
     LM,
@@ -69,7 +70,26 @@ def load_lm(spec: str = DEFAULT_MODEL, **kwargs) -> LM:
     return loader(rest, **kwargs)
 
 
+def model_files(spec: str | None) -> list[Path]:
+    """The local files ``spec`` loads its weights from: an ``hf:`` GGUF or folder (an embedded model's GGUF inside
+    its package), a saved ``tiny:`` model's folder; none for an endpoint, a scripted fake or an untrained
+    ``tiny:new``. Resume keys a record by their content (``experiments/runner.py``), so a model replaced at the same
+    spec is never taken for the one a record used. Raises ``LMError`` like loading would (a package not installed).
+    """
+    if not spec:
+        return []
+    scheme, rest = parse_spec(spec)
+    if scheme == "hf":
+        from agentmill.lm.hf import resolve_source
+
+        folder, gguf = resolve_source(rest)
+        return [folder / gguf if gguf else folder]
+    if scheme == "tiny" and not (rest == "new" or rest.startswith("new?")):
+        return [Path(rest).expanduser()]
+    return []
+
+
 __all__ = [
     "LM", "WhiteBoxLM", "Completion", "ForwardOutput", "GenerateConfig", "LMError", "MissingExtraError", "Prompt",
-    "DEFAULT_MODEL", "load_lm", "parse_spec", "backends", "require_white_box",
+    "DEFAULT_MODEL", "load_lm", "parse_spec", "backends", "require_white_box", "model_files",
 ]
