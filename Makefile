@@ -1,6 +1,7 @@
 # The two set-up commands of the README. Each creates .venv if missing and installs everything the project
 # needs (re-running is cheap: the install is skipped while pyproject.toml is unchanged).
-#   make reproduce   install, then run the main job: agentmill reproduce --profile quick (writes report/index.html)
+#   make reproduce   install (plus Debian chromium for E176 AC-9's browser participant), then run the main job:
+#                    agentmill reproduce --profile quick (writes report/index.html)
 #   make test        install (plus Debian chromium for the browser tests), then run the test suite
 # Both install Debian's bubblewrap when missing: the sandbox for LLM-written code.
 
@@ -40,7 +41,7 @@ sandbox-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
 	fi
 
-reproduce: install sandbox-deps
+reproduce: install browser-deps sandbox-deps
 	HF_HUB_OFFLINE=1 $(VENV)/bin/agentmill reproduce --profile $(PROFILE)
 
 # Two pytest-xdist workers, one compute thread each (tests/conftest.py): most of the suite waits on child processes,

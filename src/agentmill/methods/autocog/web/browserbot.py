@@ -4,7 +4,7 @@ It clicks through consent, instructions and the quiz, then answers every trial o
 given choice rule, while exercising the client's fault paths: 3 injected 503s (test mode), a page refresh at one
 trial and a double key press at the next. Shared by AC-9's experiment and its test. Selenium is driven with Debian's
 ``chromedriver`` given explicitly, so Selenium Manager never downloads a driver; a missing browser raises
-``BrowserMissing`` (the test turns it into a skip, the experiment into an inconclusive run).
+``BrowserMissing`` (the test turns it into a skip, the experiment into a run whose claim is not judged).
 """
 
 from __future__ import annotations
@@ -24,11 +24,17 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-u
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic", "--disable-extensions")
 
 
+def chromium_installed() -> bool:
+    """Whether Debian's ``chromium`` and ``chromedriver`` are on PATH (``make browser-deps`` installs both)."""
+    return bool(shutil.which("chromium") and shutil.which("chromedriver"))
+
+
 def chrome_driver():
     """Headless Chromium through Debian's chromedriver (temporary profile, no extensions, no downloads)."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):
-        raise BrowserMissing("Debian chromium/chromium-driver missing (apt-get install chromium chromium-driver)")
+        raise BrowserMissing("Debian chromium/chromium-driver missing (`make browser-deps`, or apt-get install "
+                             "chromium chromium-driver)")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
