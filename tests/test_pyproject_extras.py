@@ -4,7 +4,8 @@ A hint naming an extra pip does not know is worse than none: ``pip install 'agen
 "does not provide the extra" and installs nothing, so the user gets the same ImportError again. The hostile-input
 probe (issue 20, item 8) found exactly that in the verl adapter. Two sources are read: the text of every file under
 ``src/agentmill`` (messages, docstrings, READMEs: ``agentmill[a,b]``) and, through the AST, the literal extras
-passed to ``MissingExtraError``, whose message is built at run time.
+passed to ``MissingExtraError`` and ``require``, whose message is built at run time, and those an experiment
+``requires=`` or a paper package ``REQUIRES`` (the runner and ``agentmill list`` turn them into the install line).
 """
 
 from __future__ import annotations
@@ -36,18 +37,27 @@ def named_in_text(text: str) -> set[str]:
 
 
 def named_in_calls(tree: ast.AST) -> set[str]:
-    """Literal first arguments of ``MissingExtraError(...)``: a name, or a list/tuple of names."""
+    """Literal extras in code: the first argument of ``MissingExtraError(...)`` or ``require(...)`` (a name, or a
+    list/tuple of names), an ``Experiment(requires=...)`` and a package's ``REQUIRES = ...`` (sets of names)."""
     out: set[str] = set()
+
+    def names(node: ast.AST) -> None:
+        out.update(x.value for x in ast.walk(node) if isinstance(x, ast.Constant) and isinstance(x.value, str))
+
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and node.args):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "REQUIRES" for t in node.targets):
+            names(node.value)
+        if not isinstance(node, ast.Call):
             continue
+        for kw in node.keywords:
+            if kw.arg == "requires":
+                names(kw.value)
         f = node.func
-        if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) != \
-                "MissingExtraError":
-            continue
-        arg = node.args[0]
-        items = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
-        out.update(x.value for x in items if isinstance(x, ast.Constant) and isinstance(x.value, str))
+        if node.args and (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) \
+                in ("MissingExtraError", "require"):
+            arg = node.args[0]
+            items = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+            out.update(x.value for x in items if isinstance(x, ast.Constant) and isinstance(x.value, str))
     return out
 
 
@@ -61,8 +71,10 @@ def test_the_scanners_see_what_they_should() -> None:
         {"hf", "peft", "verl"}
     assert named_in_text("`` (pip install 'agentmill[x]')`` names agentmill[extra]") == set()
     tree = ast.parse("raise MissingExtraError('trl', 'w')\nraise base.MissingExtraError(('hf', 'peft'), 'w')\n"
-                     "raise MissingExtraError(missing, 'w')\nraise ImportError('x')")
-    assert named_in_calls(tree) == {"trl", "hf", "peft"}
+                     "raise MissingExtraError(missing, 'w')\nraise ImportError('x')\nrequire('gymnasum', 'w')\n"
+                     "E = Experiment(id='e', requires=frozenset({'autocog_e2e', 'hf'}))\n"
+                     "REQUIRES = frozenset({'constraint_rot'})\nrequire(extra, 'w')")
+    assert named_in_calls(tree) == {"trl", "hf", "peft", "gymnasum", "autocog_e2e", "constraint_rot"}
 
 
 def test_every_extra_named_in_src_is_declared_in_pyproject() -> None:
@@ -78,6 +90,7 @@ def test_every_extra_named_in_src_is_declared_in_pyproject() -> None:
             names |= named_in_calls(ast.parse(text, filename=str(path)))
         for name in names:
             where.setdefault(name, []).append(str(path.relative_to(ROOT)))
-    assert {"hf", "trl", "serve", "autogen"} <= set(where)  # the scan reaches messages and MissingExtraError calls
+    # the scan reaches messages, MissingExtraError calls, experiments' requires= and E164's REQUIRES
+    assert {"hf", "trl", "serve", "autogen", "autocog-e2e", "constraint-rot"} <= set(where)
     unknown = {name: files for name, files in where.items() if name not in declared}
     assert not unknown, f"extras named in src/ but absent from pyproject.toml: {unknown}"

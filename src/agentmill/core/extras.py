@@ -33,7 +33,7 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
 
 
 class MissingExtraError(ImportError):
-    """An optional dependency is missing; the message names the ``pip install 'agentmill[<extra>]'`` fix.
+    """An optional dependency is missing; the message names the ``pip install 'agentmill[extra]'`` fix.
 
     ``extra`` is one extra's name or several (``("hf", "peft")`` -> ``pip install 'agentmill[hf,peft]'``)."""
 
