@@ -55,8 +55,9 @@ def test_reproduce_runs_all_reports_errors_and_renders(fake_registry, capsys, tm
                "--report-dir", str(tmp_path / "report")])
     out = capsys.readouterr().out
     assert rc == 1 and "fake.crash" in out  # one crash -> non-zero, but the others ran
-    html = (tmp_path / "report" / "index.html").read_text()
+    html = (tmp_path / "report" / "fake.html").read_text()  # the fake experiments' paper page
     assert "deliberate failure" in html and "F-1" in html and "E-1" in html
+    assert "<a href='fake.html'>" in (tmp_path / "report" / "index.html").read_text()
     assert (tmp_path / "runs" / "smoke" / "fake.coin.json").exists()
 
 
@@ -78,7 +79,7 @@ def test_unloadable_model_is_bad_input_for_run_and_an_error_row_for_reproduce(fa
     rc = main(["reproduce", "--only", "fake.echo", "fake.coin", "--model", f"hf:{bad}", "--runs-dir",
                str(tmp_path / "runs"), "--report-dir", str(tmp_path / "report")])
     assert rc == 1
-    html = (tmp_path / "report" / "index.html").read_text()
+    html = (tmp_path / "report" / "fake.html").read_text()
     assert "corrupt or truncated" in html and "F-1" in html
 
 
@@ -113,7 +114,8 @@ def test_one_malformed_record_jams_nothing(fake_registry, capsys, tmp_path, how,
     if command in ("list", "report"):
         assert not path.exists()  # counts as not run
         if command == "report":
-            assert "A fair coin <em>(not run)</em>" in (report / "index.html").read_text()
+            page = (report / "fake.html").read_text()
+            assert "A fair coin</h2><div class=meta><span class='v not_run'>not run</span>" in page
     else:  # run again, result stored
         assert RunRecord.read(path).status == "ok" and "F-1" in out
 

@@ -1,5 +1,6 @@
-"""The report renders in a real headless browser (Debian chromium): page loads, every image loads, no console
-errors. Chromium and chromedriver are installed by the README's test command (``make test``)."""
+"""The report renders in a real headless browser (Debian chromium): the overview and a paper's page load, every image
+loads, no console errors, and neither scrolls sideways on a 1,280-px laptop screen. Chromium and chromedriver are
+installed by the README's test command (``make test``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from agentmill.experiments.runner import run_suite
 from agentmill.report import render_report
+from agentmill.report.results import save_summaries
 from tests.helpers.fake_experiments import COIN, CRASH
 
 pytestmark = pytest.mark.browser
@@ -26,7 +28,9 @@ def served_report(tmp_path):
     real = registry()
     exps["e162.collapse_law"] = real["e162.collapse_law"]
     recs += run_suite([real["e162.collapse_law"]], profile="smoke", runs_dir=tmp_path / "runs")
-    render_report(recs, exps, tmp_path / "report")
+    # a committed full record of the coin, so the fake paper's page shows the full column filled in
+    save_summaries(run_suite([COIN], profile="full", runs_dir=tmp_path / "runs"), exps, tmp_path / "results")
+    render_report(recs, exps, tmp_path / "report", results_dir=tmp_path / "results")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "report"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -44,11 +48,30 @@ def _driver():
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic"):
+                 "--window-size=1280,900", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def _check_page(drv, url: str, shot) -> None:
+    """Loads, every image loads, no console error, no horizontal scroll at the window's 1,280 px."""
+    from selenium.webdriver.common.by import By
+
+    drv.get(url)
+    assert "agentmill" in drv.title
+    imgs = drv.find_elements(By.TAG_NAME, "img")
+    assert imgs, f"no image on {url}"
+    for img in imgs:
+        ok = drv.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img)
+        assert ok, f"image did not load: {img.get_attribute('src')}"
+    severe = [e for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    assert not severe, severe
+    inner, scroll, client = drv.execute_script(
+        "return [window.innerWidth, document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert inner == 1280 and scroll <= client, f"{url} scrolls sideways at 1,280 px: {scroll} > {client}"
+    drv.save_screenshot(str(shot))
 
 
 def test_report_renders_in_headless_chromium(served_report, tmp_path) -> None:
@@ -56,17 +79,15 @@ def test_report_renders_in_headless_chromium(served_report, tmp_path) -> None:
 
     drv = _driver()
     try:
-        drv.get(served_report)
-        assert "agentmill" in drv.title
-        rows = drv.find_elements(By.CSS_SELECTOR, "tbody tr")
-        assert len(rows) >= 3
-        imgs = drv.find_elements(By.TAG_NAME, "img")
-        assert len(imgs) >= 2
-        for img in imgs:
-            ok = drv.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img)
-            assert ok, f"image did not load: {img.get_attribute('src')}"
-        severe = [e for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
-        assert not severe, severe
-        drv.save_screenshot(str(tmp_path / "report.png"))
+        _check_page(drv, served_report, tmp_path / "overview.png")
+        rows = drv.find_elements(By.CSS_SELECTOR, "table.overview tbody tr")
+        assert len(rows) == 2  # the fake paper and E162
+        links = [a.get_attribute("href") for a in drv.find_elements(By.CSS_SELECTOR, "table.overview td a")]
+        assert any(h.endswith("/e162_tree_rollouts.html") for h in links)
+        _check_page(drv, served_report.replace("index.html", "fake.html"), tmp_path / "fake.png")
+        full = drv.find_elements(By.XPATH, "//td[b='F-1']/following-sibling::td[3]")[0].text
+        assert full.startswith("supported")  # the committed full record's verdict beside this smoke run's
+        _check_page(drv, served_report.replace("index.html", "e162_tree_rollouts.html"), tmp_path / "e162.png")
+        assert drv.find_elements(By.CSS_SELECTOR, "section.exp figure img")
     finally:
         drv.quit()

@@ -4,7 +4,7 @@
     agentmill run <id> [--profile quick] [--set key=value ...] [--model SPEC] [--executor serial|process|ray]
                        [--ray-address ADDR]
     agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh] [--jobs N]
-    agentmill report [--profile quick]
+    agentmill report [--profile quick] [--save-results | --markdown [--check]] [--results-dir results]
 
 Exit codes: 0 success, 1 an experiment failed or a file could not be read or written (one line names the path and
 the OS error), 2 bad input (unknown id, bad --set, empty or bad model spec). A malformed record is moved to
@@ -197,19 +197,55 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _render(profile: str, runs_dir: str, report_dir: str) -> Path:
+def _render(profile: str, runs_dir: str, report_dir: str, results_dir: str = "results") -> Path:
     from agentmill.experiments import registry
     from agentmill.experiments.runner import load_record
     from agentmill.report import render_report
 
     reg = registry()
     records = [r for i in reg if (r := load_record(Path(runs_dir), profile, i)) is not None]
-    return render_report(records, reg, report_dir)
+    return render_report(records, reg, report_dir, results_dir=results_dir)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    index = _render(args.profile, args.runs_dir, args.report_dir)
-    _console().print(f"report: {index}")
+    """Three jobs over stored results: the HTML report (default), the result summaries to commit
+    (``--save-results``), and the published markdown tables (``--markdown``, ``--check``)."""
+    console = _console()
+    if args.check and not args.markdown:
+        raise ValueError("--check goes with --markdown (it compares README.md and docs/verdicts.md with the render)")
+    if args.markdown:
+        from agentmill.experiments import registry, unavailable
+        from agentmill.report.markdown import write_tables
+
+        if unavailable():  # a paper left out would silently vanish from the published tables
+            missing = sorted({x for m in unavailable().values() for x in m})
+            raise ImportError(f"the verdict tables list every paper; install pip install "
+                              f"'agentmill[{','.join(missing)}]' first")
+        stale = write_tables(registry(), args.results_dir, args.readme, args.verdicts_doc, check=args.check)
+        if args.check:
+            for path in stale:
+                console.print(f"[red]{path} differs from the render of {args.results_dir}/; run 'agentmill report "
+                              f"--markdown'[/]")
+            return 1 if stale else 0
+        console.print(f"verdict tables: {', '.join(map(str, stale)) or 'already up to date'}")
+        return 0
+    if args.save_results:
+        from agentmill.experiments import registry
+        from agentmill.experiments.runner import load_record
+        from agentmill.report.results import save_summaries
+
+        reg = registry()
+        records = [r for i in reg if (r := load_record(Path(args.runs_dir), args.profile, i)) is not None]
+        written = save_summaries(records, reg, args.results_dir)
+        console.print(f"wrote {len(written)} result summaries to {Path(args.results_dir) / args.profile} "
+                      f"({len(reg) - len(written)} experiments have no {args.profile} record in {args.runs_dir})")
+        dirty = sorted(r.experiment_id for r in records if (r.git_commit or "").endswith("+dirty"))
+        if dirty:
+            console.print(f"[yellow]{len(dirty)} of them ran from a tree with uncommitted changes (+dirty), e.g. "
+                          f"{', '.join(dirty[:3])}: publish results of a committed tree[/]")
+        return 0
+    index = _render(args.profile, args.runs_dir, args.report_dir, args.results_dir)
+    console.print(f"report: {index}")
     return 0
 
 
@@ -248,8 +284,24 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.set_defaults(fn=cmd_reproduce)
 
-    sp = sub.add_parser("report", help="render report/index.html from stored records")
+    sp = sub.add_parser(
+        "report", help="render the HTML report; save result summaries; render the published verdict tables",
+        description="Default: render report/index.html (one row per paper) and report/<paper>.html from the records "
+                    "in --runs-dir at --profile, each claim beside the committed full verdict from "
+                    "<results-dir>/full. --save-results: write <results-dir>/<profile>/<id>.json, the small "
+                    "summaries to commit, from those records. --markdown: write the README's verdict block and "
+                    "docs/verdicts.md from <results-dir>/quick and <results-dir>/full (not from runs); with --check, "
+                    "write nothing and exit 1 when the committed files differ from that render.")
     sp.add_argument("--report-dir", default="report")
+    sp.add_argument("--results-dir", default="results", help="committed result summaries (default: results)")
+    mode = sp.add_mutually_exclusive_group()
+    mode.add_argument("--save-results", action="store_true",
+                      help="write <results-dir>/<profile>/<id>.json from the records in --runs-dir")
+    mode.add_argument("--markdown", action="store_true",
+                      help="write the README verdict block and docs/verdicts.md from <results-dir>")
+    sp.add_argument("--check", action="store_true", help="with --markdown: exit 1 if the files differ from the render")
+    sp.add_argument("--readme", default="README.md", help="with --markdown: the file holding the verdict markers")
+    sp.add_argument("--verdicts-doc", default="docs/verdicts.md", help="with --markdown: the per-claim tables")
     common(sp, model=False)
     sp.set_defaults(fn=cmd_report)
 

@@ -1,4 +1,6 @@
-"""The HTML report: one row per claim (paper's number, ours ± CI, verdict, scale note, model, commit) and plots."""
+"""What a run's results look like to a reader: the HTML report (an overview row per paper, a page per paper with
+each experiment's claims beside its plots), the committed result summaries under ``results/`` and the verdict
+tables rendered from them (README block, ``docs/verdicts.md``)."""
 
 from agentmill.report.render import render_report
 

@@ -1,7 +1,14 @@
-"""Render ``report/index.html`` from run records.
+"""Render the HTML report: ``report/index.html`` (one row per paper) and ``report/<paper>.html`` (its experiments).
 
-The page is static and self-contained (inline CSS, PNG plots beside it, record JSON copied next to it), so it can
-be opened from disk, attached to an issue, or served by any web server.
+The first screen answers "which papers hold up here?": per paper its headline claim, our verdict counts (supported,
+not supported, inconclusive and not judged each in its own column, failed experiments apart), a key figure and the
+model(s). Each paper's page then shows every experiment's claims beside their own plots, with this run's verdict
+(and, for a claim not judged or inconclusive, why) next to the committed full profile's verdict from
+``results/full/`` (``report.results``), so a quick run is always read against the published reproduction.
+
+The pages are static and self-contained (inline CSS, PNG plots and record JSON beside them), so they open from disk,
+attach to an issue, or serve from any web server, and they fit a 1,280-px laptop screen: fixed-layout tables whose
+long words wrap, images scaled to their column.
 """
 
 from __future__ import annotations
@@ -11,133 +18,266 @@ import html
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from agentmill.core.records import RunRecord, write_text_atomic
-from agentmill.experiments.protocol import Experiment
+from agentmill.experiments.protocol import Claim, Experiment
+from agentmill.report.markdown import NOT_JUDGED, RULES
+from agentmill.report.papers import Paper, group_by_paper
+from agentmill.report.results import (LM_PREFIXES, claim_entry, claim_result, claim_rule, counts, fmt_value,
+                                      load_summaries, missing_reason, model_label, rule_counts)
+
+__all__ = ["render_report", "model_label", "missing_reason", "LM_PREFIXES"]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1d1d1f;max-width:1400px}
-h1{margin-bottom:.2rem} .sub{color:#666;margin-top:0}
-table{border-collapse:collapse;width:100%;margin:1rem 0 2rem;font-size:.9rem}
-th,td{border-bottom:1px solid #ddd;padding:.45rem .5rem;text-align:left;vertical-align:top}
-th{background:#f5f5f7;position:sticky;top:0}
-td.num{font-variant-numeric:tabular-nums;white-space:nowrap}
-.v{font-weight:600;padding:.1rem .45rem;border-radius:.3rem;white-space:nowrap}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:1rem 1.5rem;
+color:#1d1d1f;max-width:1400px;line-height:1.4}
+h1{margin:.3rem 0 .2rem;font-size:1.6rem} h2{font-size:1.15rem;margin:0 0 .3rem} .sub{color:#555;margin-top:0}
+a{color:#0b57d0}
+table{border-collapse:collapse;width:100%;table-layout:fixed;margin:.5rem 0 1rem;font-size:.88rem}
+th,td{border-bottom:1px solid #ddd;padding:.4rem .45rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:#f5f5f7}
+code{font-size:.85em;overflow-wrap:anywhere}
+.v{display:inline-block;font-weight:600;padding:.05rem .4rem;border-radius:.3rem;margin:.1rem 0;font-size:.82rem}
 .supported{background:#d8f5df;color:#17663a} .not_supported{background:#fde2e1;color:#a1251b}
-.inconclusive{background:#fff3cd;color:#7a5b00} .not_judged{background:#eee;color:#555}
-.error{background:#fde2e1;color:#a1251b} .scale{color:#555;font-size:.82rem}
-tr.exp td{background:#eef3fb;border-top:2px solid #b8c7e0}
-figure{display:inline-block;margin:.5rem 1rem .5rem 0} figure img{max-width:560px;border:1px solid #eee}
-figcaption{font-size:.8rem;color:#555} pre{white-space:pre-wrap;background:#f8f8f8;padding:.5rem}
-.summary span{margin-right:1rem}
+.inconclusive{background:#fff3cd;color:#7a5b00} .not_judged{background:#e8e8ea;color:#444}
+.error{background:#fde2e1;color:#a1251b} .not_run{background:#f0f0f0;color:#666}
+.small,.how,.src,.rule,.meta{color:#555;font-size:.8rem} .why{font-size:.8rem;color:#333;margin-top:.15rem}
+.num{font-variant-numeric:tabular-nums}
+.counts{list-style:none;margin:0;padding:0} .counts li{margin:.1rem 0}
+.counts.inline{margin:.6rem 0} .counts.inline li{display:inline-block;margin:0 1.1rem .3rem 0}
+.rules{background:#f8f9fb;border:1px solid #e3e6ec;border-radius:.4rem;padding:.5rem .9rem;font-size:.88rem}
+.rules ul{margin:.3rem 0;padding-left:1.2rem}
+.thumb{width:100%;max-width:260px;max-height:200px;object-fit:contain;object-position:left top;border:1px solid #eee}
+section.exp{border-top:2px solid #b8c7e0;padding-top:.6rem;margin-top:1.4rem}
+.exp-body{display:grid;gap:1rem;grid-template-columns:minmax(0,1fr)}
+@media (min-width:1100px){.exp-body.has-plots{grid-template-columns:minmax(0,1fr) minmax(0,340px)}}
+figure{margin:0 0 .8rem} figure img{width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.78rem;color:#555}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;padding:.5rem;font-size:.8rem}
+nav{font-size:.9rem}
 """
+
+_LABELS = {"supported": "supported", "not_supported": "not supported", "inconclusive": "inconclusive",
+           "not_judged": "not judged"}
 
 
 def _e(s: object) -> str:
     return html.escape("" if s is None else str(s))
 
 
-LM_PREFIXES = ("hf:", "tiny:", "openai:", "scripted:", "serve:")
-"""Spec prefixes of the lm layer (and ``serve:``, a model behind the loopback server)."""
+def _badge(verdict: str, text: str | None = None) -> str:
+    return f"<span class='v {_e(verdict)}'>{_e(text or _LABELS.get(verdict, verdict))}</span>"
 
 
-def model_label(rec: RunRecord) -> str:
-    """The model column: the run's ``--model`` when the experiment takes one; else the LM specs its setup names
-    (an organism's base, a summariser, a policy), with the fields that name them; else ``none``."""
-    if rec.model:
-        return rec.model
-    named: dict[str, list[str]] = {}
-    for key, value in rec.setup.items():
-        if isinstance(value, str) and value.startswith(LM_PREFIXES):
-            named.setdefault(value, []).append(key)
-    return "; ".join(f"{spec} ({', '.join(keys)})" for spec, keys in named.items()) or "none"
+def _page(title: str, body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
+<style>{_CSS}</style></head>
+<body>
+{body}
+</body></html>
+"""
 
 
-def missing_reason(rec: RunRecord) -> str:
-    """What a claim without a metric shows: the run's withheld-precondition or plan-only note, else ``missing``."""
-    pre = rec.data.get("precondition")
-    if isinstance(pre, str) and pre.startswith("precondition not met"):
-        return "precondition not met"
-    if rec.data.get("plan_only"):
-        return "not measured (plan only)"
-    return "missing"
+def _rules_box(n_rules: Mapping[str, int], scope: str) -> str:
+    """The judging rules with how many claims (``scope``: "" or " of this paper") each judges."""
+    def n(key: str) -> str:
+        k = n_rules.get(key, 0)
+        return f"{k} claim{'s' * (k != 1)}{scope}"
+
+    items = "".join(f"<li><b>{_e(name)}</b> ({n(key)}): {_e(text)}.</li>" for key, (name, text) in RULES.items())
+    return (f"<div class=rules><b>How a claim is judged</b> (threshold and direction pre-registered in code before "
+            f"any run; never rounded up):<ul>{items}<li><b>not judged</b>: {_e(NOT_JUDGED)}.</li></ul></div>")
+
+
+class _Tally:
+    """Verdict counts of one paper (or the whole run): claims per verdict, failed and missing experiments."""
+
+    def __init__(self) -> None:
+        self.claims: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.not_run: list[str] = []
+
+    def add(self, other: _Tally) -> None:
+        self.claims += other.claims
+        self.errors += other.errors
+        self.not_run += other.not_run
+
+    def html(self, inline: bool = False) -> str:
+        c = counts(self.claims)
+        items = [f"<li>{_badge(k)} {c[k]}</li>" for k in c]
+        if self.errors:
+            items.append(f"<li>{_badge('error', 'error')} {len(self.errors)} experiment"
+                         f"{'s' * (len(self.errors) != 1)}</li>")
+        if self.not_run:
+            items.append(f"<li>{_badge('not_run', 'not run')} {len(self.not_run)} experiment"
+                         f"{'s' * (len(self.not_run) != 1)}</li>")
+        return f"<ul class='counts{' inline' * inline}'>{''.join(items)}</ul>"
+
+
+def _result_html(entry: Mapping[str, Any], detail: bool = True) -> str:
+    """This run's result for one claim: verdict, value [CI], how it was estimated, and why when it is neither
+    supported nor not supported (a not-judged claim shows the value it observed)."""
+    verdict = entry["verdict"]
+    how = ", ".join(x for x in (entry.get("method") or "", f"n={entry['n']}" if entry.get("n") else "",
+                                f"{entry['dropped']} dropped" if entry.get("dropped") else "") if x)
+    value = fmt_value(entry) if entry.get("value") is not None else None
+    out = _badge(verdict)
+    if verdict == "not_judged":
+        if value is not None:
+            out += f"<div><span class=small>observed</span> <span class=num>{_e(value)}</span></div>"
+    elif value is not None:
+        out += f" <span class=num>{_e(value)}</span>"
+    if value is not None and how and detail:
+        out += f"<div class=how>{_e(how)}</div>"
+    if entry.get("reason"):
+        out += f"<div class=why>{_e(entry['reason'])}</div>"
+    return out
+
+
+def _rule_text(claim: Claim) -> str:
+    """The claim's rule by name; an exact claim adds why it needs no interval (``Claim.exact_why``)."""
+    rule = claim_rule(claim)
+    why = getattr(claim, "exact_why", "") if rule == "exact" else ""
+    return _e(RULES.get(rule, (rule,))[0]) + (f": {_e(why)}" if why else "")
+
+
+def _full_html(claim: Claim, full: Mapping[str, Any] | None) -> str:
+    if full is None:
+        return "<span class=small>no committed full record</span>"
+    if full.get("status") != "ok":
+        return f"{_badge('error', 'error')}<div class=why>{_e(full.get('error'))}</div>"
+    entry = claim_entry(full, claim.id)
+    if entry is None:
+        return "<span class=small>not in the committed full record</span>"
+    return _result_html(entry, detail=False)
+
+
+def _full_label(full: Mapping[str, Any] | None) -> str:
+    if full is None:
+        return "no committed full record"
+    return (f"committed full record: commit <code>{_e(full.get('git_commit') or '?')}</code>, "
+            f"{_e(str(full.get('date') or '?')[:10])}, model {_e(full.get('model') or 'none')}")
+
+
+def _plots(exp: Experiment, rec: RunRecord, out: Path) -> tuple[list[str], list[str]]:
+    """Render ``exp``'s plots from ``rec.data`` into ``plots/<id>/``: (relative paths, error notes)."""
+    if exp.plots is None or not rec.data or rec.status != "ok":
+        return [], []
+    pdir = out / "plots" / exp.id
+    if pdir.exists():
+        shutil.rmtree(pdir)
+    pdir.mkdir(parents=True)
+    try:
+        paths = exp.plots(rec.data, pdir)
+    except Exception as e:  # noqa: BLE001 - a broken plot must not take the report down
+        return [], [f"plot error: {e}"]
+    return [Path(p).resolve().relative_to(out.resolve()).as_posix() for p in paths], []
+
+
+def _experiment_section(exp: Experiment, rec: RunRecord | None, full: Mapping[str, Any] | None, out: Path,
+                        tally: _Tally) -> tuple[str, str | None]:
+    """One experiment's section of its paper page, and its first plot (the paper's key-figure candidate)."""
+    head = f"<h2 id='{_e(exp.id)}'>{_e(exp.id)} — {_e(exp.title)}</h2>"
+    scale = f"<b>scale:</b> {_e(exp.scale_note)}"
+    figs: list[str] = []
+    notes: list[str] = []
+    if rec is None:
+        tally.not_run.append(exp.id)
+        meta = f"<div class=meta>{_badge('not_run', 'not run')} {scale}</div>"
+    else:
+        rec_name = f"{exp.id}.{rec.profile}.json"
+        rec.write(out / "records" / rec_name)
+        meta = (f"<div class=meta>{scale} · profile {_e(rec.profile)} · {rec.wall_seconds:.1f} s · model "
+                f"{_e(model_label(rec))} · commit <code>{_e(rec.git_commit or '?')}</code> · "
+                f"<a href='records/{_e(rec_name)}'>record</a></div>")
+        figs, notes = _plots(exp, rec, out)
+    meta += f"<div class=meta>{_full_label(full)}</div>"
+    if rec is not None and rec.status != "ok":
+        tally.errors.append(exp.id)
+        this = {c.id: f"{_badge('error', 'error')}" for c in exp.claims}
+        notes.insert(0, f"error: {rec.error}")
+    elif rec is None:
+        this = {c.id: "<span class=small>not run</span>" for c in exp.claims}
+    else:
+        this = {}
+        for c in exp.claims:
+            entry = claim_result(rec, c)
+            tally.claims.append(entry)
+            this[c.id] = _result_html(entry)
+    profile = f" ({rec.profile})" if rec is not None else ""
+    rows = "".join(
+        f"<tr><td><b>{_e(c.id)}</b> {_e(c.statement)}<div class=src>paper: {_e(c.paper_value)} · source: "
+        f"{_e(c.source)}</div></td><td><code>{_e(c.metric)}</code> {_e(c.threshold_text)}"
+        f"<div class=rule>{_rule_text(c)}</div></td>"
+        f"<td>{this[c.id]}</td><td>{_full_html(c, full)}</td></tr>" for c in exp.claims)
+    table = (f"<table class=claims><colgroup><col style='width:37%'><col style='width:17%'><col style='width:24%'>"
+             f"<col style='width:22%'></colgroup><thead><tr><th>claim (paraphrased)</th><th>pre-registered test</th>"
+             f"<th>this run{_e(profile)}</th><th>committed full</th></tr></thead><tbody>{rows}</tbody></table>")
+    note_html = "".join(f"<pre>{_e(n)}</pre>" for n in notes)
+    fig_html = "".join(f"<figure><a href='{_e(p)}'><img src='{_e(p)}' alt='{_e(exp.id)}: {_e(Path(p).stem)}'></a>"
+                       f"<figcaption>{_e(Path(p).stem.replace('_', ' '))}</figcaption></figure>" for p in figs)
+    body = (f"<div class='exp-body{' has-plots' if figs else ''}'><div>{note_html}{table}</div>"
+            + (f"<div class=plots>{fig_html}</div>" if figs else "") + "</div>")
+    return f"<section class=exp>{head}{meta}{body}</section>", (figs[0] if figs else None)
+
+
+def _models(paper: Paper, by_id: Mapping[str, RunRecord]) -> list[str]:
+    seen: list[str] = []
+    for exp in paper.experiments:
+        rec = by_id.get(exp.id)
+        if rec is not None and (label := model_label(rec)) != "none" and label not in seen:
+            seen.append(label)
+    return seen
 
 
 def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experiment], out_dir: str | Path, *,
-                  title: str = "agentmill reproduction report") -> Path:
-    """Write ``out_dir/index.html`` (+ ``plots/``, ``records/``) and return its path.
+                  title: str = "agentmill reproduction report", results_dir: str | Path | None = None) -> Path:
+    """Write ``out_dir/index.html``, one ``out_dir/<paper>.html`` per paper (+ ``plots/``, ``records/``); return the
+    index's path.
 
-    ``records`` are the newest record per experiment; an experiment with no record is listed as not run.
+    ``records`` are the newest record per experiment; an experiment with no record is shown as not run.
+    ``results_dir`` holds the committed result summaries (``results/``): each claim shows the verdict of
+    ``results_dir/full`` beside this run's (``None``: no committed full records).
     """
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     (out / "records").mkdir(parents=True, exist_ok=True)
     by_id = {r.experiment_id: r for r in records}
-    rows, figures, counts = [], [], {"supported": 0, "not_supported": 0, "inconclusive": 0, "not_judged": 0,
-                                     "error": 0}
-    for exp_id, exp in experiments.items():
-        rec = by_id.get(exp_id)
-        if rec is None:
-            rows.append(f"<tr class=exp><td colspan=8><b>{_e(exp_id)}</b> — {_e(exp.title)} <em>(not run)</em>"
-                        f"</td></tr>")
-            continue
-        rec_name = f"{exp_id}.{rec.profile}.json"
-        rec.write(out / "records" / rec_name)
-        rows.append(
-            f"<tr class=exp><td colspan=8><b>{_e(exp_id)}</b> — {_e(exp.title)}<br><span class=scale>"
-            f"<b>scale:</b> {_e(exp.scale_note)} · <b>paper:</b> {_e(exp.paper)} · profile {_e(rec.profile)} · "
-            f"{rec.wall_seconds:.1f} s · <a href='records/{_e(rec_name)}'>record</a></span></td></tr>")
-        meta = f"<td>{_e(model_label(rec))}</td><td><code>{_e(rec.git_commit or '?')}</code></td>"
-        if rec.status != "ok":
-            counts["error"] += 1
-            rows.append(f"<tr><td>{_e(exp_id)}</td><td colspan=5><span class='v error'>error</span> "
-                        f"{_e(rec.error)}</td>{meta}</tr>")
-            continue
-        for claim in exp.claims:
-            est = rec.metrics.get(claim.metric)
-            verdict = rec.verdicts.get(claim.id, "inconclusive")
-            counts[verdict] = counts.get(verdict, 0) + 1
-            ours = est.fmt() if est is not None else missing_reason(rec)
-            how = f"{est.method}, n={est.n}" if est is not None else ""
-            rows.append(
-                f"<tr><td><b>{_e(claim.id)}</b></td><td>{_e(claim.statement)}"
-                f"<br><small>source: {_e(claim.source)}</small></td><td>{_e(claim.paper_value)}</td>"
-                f"<td><code>{_e(claim.metric)}</code> {_e(claim.threshold_text)}</td>"
-                f"<td class=num title='{_e(how)}'>{_e(ours)}<br><small>{_e(how)}</small></td>"
-                f"<td><span class='v {_e(verdict)}'>{_e(verdict)}</span></td>{meta}</tr>")
-        if exp.plots is not None and rec.data:
-            pdir = out / "plots" / exp_id
-            if pdir.exists():
-                shutil.rmtree(pdir)
-            pdir.mkdir(parents=True)
-            try:
-                paths = exp.plots(rec.data, pdir)
-            except Exception as e:  # noqa: BLE001 - a broken plot must not take the report down
-                figures.append(f"<p><span class='v error'>plot error</span> {_e(exp_id)}: {_e(e)}</p>")
-                paths = []
-            for p in paths:
-                rel = Path(p).resolve().relative_to(out.resolve()).as_posix()
-                figures.append(f"<figure><img src='{_e(rel)}' alt='{_e(exp_id)}: {_e(Path(p).stem)}'>"
-                               f"<figcaption>{_e(exp_id)} — {_e(Path(p).stem.replace('_', ' '))}</figcaption>"
-                               f"</figure>")
+    full = load_summaries(results_dir, "full") if results_dir is not None else {}
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    profiles = sorted({r.profile for r in records})
-    summary = "".join(f"<span><span class='v {_e(k)}'>{_e(k)}</span> {v}</span>" for k, v in counts.items() if v)
-    doc = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
-<style>{_CSS}</style></head>
-<body><h1>{_e(title)}</h1>
-<p class=sub>Generated {now}; profile(s): {_e(', '.join(profiles) or 'none')}. Verdicts: <i>supported</i> only when
-the whole 95% CI is on the pre-registered side of the threshold; the smoke profile is never judged.</p>
-<p class=summary>{summary}</p>
-<table><thead><tr><th>claim</th><th>claim (paraphrased)</th><th>paper</th><th>pre-registered test</th>
-<th>ours (95% CI)</th><th>verdict</th><th>model</th><th>commit</th></tr></thead>
-<tbody>
-{chr(10).join(rows)}
-</tbody></table>
-<h2>Plots</h2>
-{chr(10).join(figures) or '<p>No plots.</p>'}
-</body></html>
-"""
-    return write_text_atomic(out / "index.html", doc)
+    profiles = ", ".join(sorted({r.profile for r in records})) or "none"
+    total, rows = _Tally(), []
+    for paper in group_by_paper(experiments):
+        tally, sections, key_figure = _Tally(), [], None
+        for exp in paper.experiments:
+            section, fig = _experiment_section(exp, by_id.get(exp.id), full.get(exp.id), out, tally)
+            sections.append(section)
+            key_figure = key_figure or fig
+        total.add(tally)
+        page = f"{paper.slug}.html"
+        n_claims = sum(len(e.claims) for e in paper.experiments)
+        body = (f"<nav><a href='index.html'>← all papers</a></nav><h1>{_e(paper.label)} — {_e(paper.citation)}</h1>"
+                f"<p class=sub>{_e(paper.headline)}</p><p class=sub>Generated {now}; profile(s): {_e(profiles)}; "
+                f"{len(paper.experiments)} experiments, {n_claims} claims.</p>{tally.html(inline=True)}"
+                f"{_rules_box(rule_counts(paper.experiments), ' of this paper')}{''.join(sections)}")
+        write_text_atomic(out / page, _page(f"{paper.label}: {paper.citation} — {title}", body))
+        thumb = (f"<a href='{_e(page)}'><img class=thumb src='{_e(key_figure)}' alt='{_e(paper.label)} key figure: "
+                 f"{_e(Path(key_figure).stem)}'></a>" if key_figure else "<span class=small>no plot</span>")
+        models = _models(paper, by_id)
+        rows.append(
+            f"<tr><td><a href='{_e(page)}'><b>{_e(paper.label)}</b> — {_e(paper.citation)}</a>"
+            f"<div>{_e(paper.headline)}</div><div class=meta>{len(paper.experiments)} experiments · {n_claims} "
+            f"claims</div></td><td>{tally.html()}</td><td>{thumb}</td>"
+            f"<td>{_e('; '.join(models) or 'none (no language model)')}</td></tr>")
+    body = (f"<h1>{_e(title)}</h1><p class=sub>Generated {now}; profile(s): {_e(profiles)}; "
+            f"{len(experiments)} experiments of {len(rows)} papers. Each paper's page shows its claims beside their "
+            f"plots and the committed full-profile verdicts.</p>{total.html(inline=True)}"
+            f"{_rules_box(rule_counts(experiments), '')}"
+            f"<table class=overview><colgroup><col style='width:46%'><col style='width:18%'><col style='width:20%'>"
+            f"<col style='width:16%'></colgroup><thead><tr><th>paper and headline claim</th><th>our verdicts "
+            f"(claims)</th><th>key figure</th><th>model(s)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return write_text_atomic(out / "index.html", _page(title, body))

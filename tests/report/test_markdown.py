@@ -1,0 +1,118 @@
+"""The published verdict tables (README block, docs/verdicts.md) rendered from result summaries, and ``--check``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import agentmill.experiments as experiments
+from agentmill.cli.main import main
+from agentmill.experiments.runner import run_suite
+from agentmill.report.markdown import BEGIN, END, render_tables, splice, write_tables
+from agentmill.report.results import save_summaries
+from tests.helpers.fake_experiments import COIN, CRASH, ECHO
+
+EXPS = {e.id: e for e in (COIN, CRASH, ECHO)}
+
+
+def _summaries(tmp_path, profile="quick"):
+    recs = run_suite([COIN, CRASH], profile=profile, runs_dir=tmp_path / "runs")
+    save_summaries(recs, EXPS, tmp_path / "results")
+    return recs
+
+
+def test_readme_block_counts_each_verdict_apart_with_errors_and_missing_records(tmp_path) -> None:
+    _summaries(tmp_path)
+    path = tmp_path / "results" / "quick" / "fake.coin.json"
+    d = json.loads(path.read_text())
+    d["claims"][1].update(verdict="not_judged", reason="quick plans only")  # never counted as inconclusive
+    path.write_text(json.dumps(d))
+    block = render_tables(EXPS, tmp_path / "results").readme_block
+    assert block.startswith(BEGIN) and block.endswith(END)
+    row = next(line for line in block.splitlines() if line.startswith("| [FAKE]"))
+    assert row == ("| [FAKE](docs/verdicts.md#fake) none | 3 | 1 · 0 · 0 · 1 (1 error; 1 of 3 experiments without a "
+                   "record) | no committed record |")
+    assert "supported · not supported · inconclusive · not judged" in block
+    assert "[docs/verdicts.md](docs/verdicts.md)" in block
+
+
+def test_verdicts_doc_has_a_row_per_claim_with_quick_and_full_and_provenance(tmp_path) -> None:
+    recs = _summaries(tmp_path)
+    _summaries(tmp_path, "full")
+    (tmp_path / "results" / "full" / "fake.crash.json").unlink()
+    doc = render_tables(EXPS, tmp_path / "results").verdicts_doc
+    rows = {line.split("**")[1]: line.split(" | ") for line in doc.splitlines() if line.startswith("| **")}
+    assert set(rows) == {"F-1", "F-2", "X-1", "E-1"}
+    f1 = rows["F-1"]
+    assert f1[1] == "a fair coin lands heads about half the time" and f1[2] == "`mean` ∈ [0.3, 0.7] (CI rule)"
+    assert f1[3] == f"{recs[0].metrics['mean'].fmt()}, n=200 **supported**"
+    assert f1[4].endswith("**supported**") and f1[5] == "none"
+    assert f1[6] == f"quick `{recs[0].git_commit}` {recs[0].started_at[:10]}<br>full `{recs[0].git_commit}` " \
+                    f"{recs[0].started_at[:10]} |"
+    assert rows["X-1"][3] == "error (below)" and rows["X-1"][4] == "no committed full record"
+    assert rows["E-1"][3] == "no committed record" and rows["E-1"][4] == "no committed full record"
+    assert f"- `fake.crash` (quick, commit `{recs[1].git_commit}`, {recs[1].started_at[:10]}): RuntimeError: " \
+           f"deliberate failure for the test" in doc
+    assert "- **CI rule** (3 claims)" in doc and "- **exact** (1 claim)" in doc
+
+
+def test_a_not_judged_claim_shows_reason_and_observed_value_and_cells_are_escaped(tmp_path) -> None:
+    _summaries(tmp_path)
+    path = tmp_path / "results" / "quick" / "fake.coin.json"
+    d = json.loads(path.read_text())
+    d["claims"][0].update(verdict="not_judged", reason="stand-in | <b>model</b> *untrained*")
+    d["claims"][1].update(verdict="inconclusive", reason="interval spans 10", threshold="≥ 5")
+    path.write_text(json.dumps(d))
+    doc = render_tables(EXPS, tmp_path / "results").verdicts_doc
+    f1 = next(line for line in doc.splitlines() if line.startswith("| **F-1**"))
+    assert "not judged: stand-in \\| &lt;b>model&lt;/b> \\*untrained\\*; observed 0.44 [" in f1
+    f2 = next(line for line in doc.splitlines() if line.startswith("| **F-2**"))
+    assert "200 **inconclusive**: interval spans 10 (judged against ≥ 5)" in f2
+
+
+def test_empty_results_render_no_committed_record_everywhere(tmp_path) -> None:
+    tables = render_tables(EXPS, tmp_path / "nothing")
+    assert "| 3 | no committed record | no committed record |" in tables.readme_block
+    assert tables.verdicts_doc.count("no committed full record") == 4
+
+
+def test_splice_replaces_only_the_marked_block() -> None:
+    text = f"intro\n{BEGIN}\nold table\n{END}\noutro\n"
+    assert splice(text, f"{BEGIN}\nnew\n{END}") == f"intro\n{BEGIN}\nnew\n{END}\noutro\n"
+    with pytest.raises(ValueError, match="no '<!-- verdicts:begin -->'"):
+        splice("no markers", "x", where="R.md")
+
+
+def test_write_tables_writes_then_check_finds_nothing_until_a_file_drifts(tmp_path) -> None:
+    _summaries(tmp_path)
+    readme, doc = tmp_path / "README.md", tmp_path / "docs" / "verdicts.md"
+    readme.write_text(f"# x\n\n{BEGIN}\n{END}\n\nafter\n")
+    assert write_tables(EXPS, tmp_path / "results", readme, doc, check=True) == [readme, doc]
+    assert not doc.exists()  # check writes nothing
+    assert write_tables(EXPS, tmp_path / "results", readme, doc) == [readme, doc]
+    assert write_tables(EXPS, tmp_path / "results", readme, doc, check=True) == []
+    assert readme.read_text().endswith(f"{END}\n\nafter\n") and "](docs/verdicts.md#fake)" in readme.read_text()
+    (tmp_path / "results" / "quick" / "fake.coin.json").unlink()  # a result changes -> the tables are stale
+    assert write_tables(EXPS, tmp_path / "results", readme, doc, check=True) == [readme, doc]
+
+
+def test_cli_save_results_markdown_and_check(monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setattr(experiments, "_registry", dict(EXPS))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    readme, doc = tmp_path / "README.md", tmp_path / "docs" / "verdicts.md"
+    readme.write_text(f"{BEGIN}\n{END}\n")
+    assert main(["run", "fake.coin", "--runs-dir", str(runs)]) == 0
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    assert "wrote 1 result summaries" in capsys.readouterr().out
+    assert [p.name for p in (results / "quick").iterdir()] == ["fake.coin.json"]
+    md = ["report", "--markdown", "--results-dir", str(results), "--readme", str(readme), "--verdicts-doc", str(doc)]
+    assert main(md + ["--check"]) == 1
+    assert str(readme) in capsys.readouterr().out
+    assert main(md) == 0 and main(md + ["--check"]) == 0
+    doc.write_text(doc.read_text().replace("supported", "supported!", 1))
+    assert main(md + ["--check"]) == 1
+    out = capsys.readouterr().out
+    assert str(doc) in out and "agentmill report --markdown" in out
+    assert main(["report", "--check"]) == 2
+    assert "--check goes with --markdown" in capsys.readouterr().err
