@@ -27,21 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from agentmill.core.machine import host_cpu
 from agentmill.core.records import write_json_atomic  # noqa: E402
 from agentmill.experiments import registry  # noqa: E402
 from agentmill.experiments.runner import BUDGET_FACTOR, load_record  # noqa: E402
-
-
-def cpu() -> dict[str, str]:
-    """The CPU's model name and which of AVX2 / AVX-512 it has (from /proc/cpuinfo; ``platform`` elsewhere)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {"model": platform.processor() or platform.machine(), "vector": "unknown"}
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((set(ln.split(":", 1)[1].split()) for ln in info.splitlines() if ln.startswith("flags")), set())
-    vector = "avx512" if any(f.startswith("avx512") for f in flags) else "avx2" if "avx2" in flags else "none"
-    return {"model": model, "vector": vector}
 
 
 def rows(runs_dir: Path, profile: str) -> list[dict]:
@@ -86,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r["seconds"] or 0 for r in table)
     suite = f"; suite wall {wall:.0f} s ({wall / 60:.1f} min)" if wall else ""
     print(f"sum of experiment times {total:.0f} s{suite}")
-    result = {"machine": {**cpu(), "cpus": os.cpu_count(), "python": platform.python_version(),
+    result = {"machine": {"cpu": host_cpu(), "cpus": os.cpu_count(), "python": platform.python_version(),
                           "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)},
               "profile": args.profile, "jobs": args.jobs, "suite_wall_seconds": round(wall, 1) if wall else None,
               "sum_experiment_seconds": round(total, 1), "experiments": table}

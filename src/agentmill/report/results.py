@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentmill.core.machine import CPU_FLAGS, host_cpu
 from agentmill.core.records import RunRecord, write_text_atomic
 from agentmill.core.stats import Estimate
 from agentmill.experiments import protocol
@@ -43,7 +44,6 @@ EMBEDDED_NAMES = {"smollm2": "hf:smollm2", "gemma3-270m": "hf:gemma3-270m", "gem
 report layer may not import ``agentmill.lm`` (tests/test_layering.py), so the names are listed here; a new embedded
 model that setups name bare is added here too."""
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 """The CPU features that change this project's timings (ARCHITECTURE.md §3: bf16 decode and prefill differ
 between AVX2-only and AVX-512 VNNI/BF16 hosts); a summary names which of them the CPU has."""
 
@@ -185,24 +185,6 @@ def _cpu_of(rec: RunRecord) -> dict[str, Any]:
     if isinstance(cpu, str) and cpu.strip():
         return {"model": cpu, "flags": [], "source": "record"}
     return {**host_cpu(), "source": "host at save time"}
-
-
-def host_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
-    """This machine's CPU model name and which of :data:`CPU_FLAGS` it has (``unknown`` without /proc)."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        import platform
-
-        return {"model": platform.processor() or "unknown", "flags": []}
-    model, flags = "unknown", set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and model == "unknown":
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}
 
 
 def summarize(rec: RunRecord, exp: Experiment) -> dict[str, Any]:
