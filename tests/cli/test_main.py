@@ -247,3 +247,38 @@ def test_a_quick_run_over_twice_its_budget_is_reported(capsys, profile, seconds,
     assert over_budget(exp, rec) is warned
     err = capsys.readouterr().err
     assert (f"{COIN.id} took {seconds:.0f} s at quick" in err) is warned
+
+
+def test_a_record_prints_not_judged_with_its_reason_and_observed_value_and_inconclusive_with_why() -> None:
+    """Issue 24: a claim withheld on purpose reads "not judged — <reason>" beside the observed number, never
+    "missing … inconclusive"; an inconclusive claim says why; a record written before reasons existed still prints."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from agentmill.cli.main import _print_record
+    from agentmill.core.stats import Estimate
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=250, highlight=False)
+    rec = RunRecord(experiment_id=COIN.id, profile="quick", setup={},
+                    metrics={"mean_observed": Estimate(0.52, 0.45, 0.6, n=200, method="bootstrap"),
+                             "n": Estimate.exact(1.0)},
+                    verdicts={"F-1": "not_judged", "F-2": "not_supported"},
+                    reasons={"F-1": "tiny stand-in model: verdicts need hf:smollm2 (full)"})
+    _print_record(console, COIN, rec)
+    lines = buf.getvalue().splitlines()
+    f1 = next(x for x in lines if "F-1" in x)
+    assert "0.52 [0.45, 0.6] (observed)" in f1 and "not judged — tiny stand-in model: verdicts need hf:smollm2" in f1
+    assert "missing" not in f1 and "inconclusive" not in f1
+    assert "—" not in next(x for x in lines if "F-2" in x)  # a clear verdict carries no reason
+    buf.truncate(0)
+    _print_record(console, COIN, dataclasses.replace(rec, metrics={"mean": Estimate.exact(0.5)},
+                                                     verdicts={"F-1": "inconclusive", "F-2": "inconclusive"},
+                                                     reasons={"F-1": "zero-width interval: [x] all agree"}))
+    out = buf.getvalue()
+    assert "inconclusive — zero-width interval: [x] all agree" in out  # markup in a reason is printed, not parsed
+    buf.truncate(0)
+    _print_record(console, COIN, dataclasses.replace(rec, reasons={}))  # an old record: no reasons, no crash
+    assert "not judged" in buf.getvalue()

@@ -11,14 +11,15 @@ from agentmill.experiments.protocol import Claim, Experiment, parse_overrides
 
 def _claim(direction=">=", threshold=1.0, upper=None, judge_on="ci") -> Claim:
     return Claim(id="C", statement="s", source="src", paper_value="p", metric="m", direction=direction,
-                 threshold=threshold, upper=upper, judge_on=judge_on)
+                 threshold=threshold, upper=upper, judge_on=judge_on,
+                 exact_why="a deterministic count" if judge_on == "exact" else "")
 
 
 @pytest.mark.parametrize("est,verdict", [
-    (Estimate(1.5, 1.2, 1.8), "supported"),
-    (Estimate(1.5, 0.9, 1.8), "inconclusive"),
-    (Estimate(0.5, 0.2, 0.8), "not_supported"),
-    (Estimate.exact(1.0), "supported"),
+    (Estimate(1.5, 1.2, 1.8, n=20), "supported"),
+    (Estimate(1.5, 0.9, 1.8, n=20), "inconclusive"),
+    (Estimate(0.5, 0.2, 0.8, n=20), "not_supported"),
+    (Estimate.exact(1.0), "inconclusive"),  # a CI claim never falls back to the point (issue 24)
     (Estimate(float("nan"), float("nan"), float("nan")), "inconclusive"),
     (None, "inconclusive"),
 ])
@@ -27,13 +28,13 @@ def test_judge_needs_the_whole_ci_on_the_right_side(est, verdict) -> None:
 
 
 def test_judge_directions() -> None:
-    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.06)) == "supported"
-    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.09)) == "inconclusive"
+    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.06, n=20)) == "supported"
+    assert _claim("<=", 0.07).judge(Estimate(0.05, 0.03, 0.09, n=20)) == "inconclusive"
     inside = _claim("in", -0.55, upper=-0.45)
-    assert inside.judge(Estimate(-0.5, -0.52, -0.48)) == "supported"
-    assert inside.judge(Estimate(-0.5, -0.6, -0.48)) == "inconclusive"
-    assert inside.judge(Estimate(-0.3, -0.35, -0.2)) == "not_supported"
-    assert _claim(judge_on="point").judge(Estimate(1.1, 0.5, 1.5)) == "supported"
+    assert inside.judge(Estimate(-0.5, -0.52, -0.48, n=20)) == "supported"
+    assert inside.judge(Estimate(-0.5, -0.6, -0.48, n=20)) == "inconclusive"
+    assert inside.judge(Estimate(-0.3, -0.35, -0.2, n=20)) == "not_supported"
+    assert _claim(judge_on="exact").judge(Estimate(1.1, 0.5, 1.5)) == "supported"
     with pytest.raises(ValueError):
         _claim("in", 1.0, upper=None)
 
@@ -42,14 +43,15 @@ def test_two_part_rule_point_threshold_and_ci_bound() -> None:
     """The spec's "≥ 1.5 and CI > 1": point must meet 1.5, the CI's lower end must clear 1."""
     c = Claim(id="C", statement="s", source="src", paper_value="p", metric="m", direction=">=", threshold=1.5,
               ci_bound=1.0)
-    assert c.threshold_text == "≥ 1.5, CI > 1"
-    assert c.judge(Estimate(1.6, 1.1, 2.0)) == "supported"
-    assert c.judge(Estimate(1.6, 0.9, 2.0)) == "inconclusive"
-    assert c.judge(Estimate(1.2, 1.05, 1.6)) == "inconclusive"
-    assert c.judge(Estimate(1.2, 1.05, 1.4)) == "not_supported"
+    assert c.threshold_text == "≥ 1.5, CI > 1" and c.rule == "two_part"
+    assert c.judge(Estimate(1.6, 1.1, 2.0, n=20)) == "supported"
+    assert c.judge(Estimate(1.6, 0.9, 2.0, n=20)) == "inconclusive"
+    assert c.judge(Estimate(1.2, 1.05, 1.6, n=20)) == "inconclusive"
+    assert c.judge(Estimate(1.2, 1.05, 1.4, n=20)) == "not_supported"
     low = Claim(id="D", statement="s", source="src", paper_value="p", metric="m", direction="<=", threshold=0.8,
                 ci_bound=1.0)
-    assert low.judge(Estimate(0.7, 0.6, 0.95)) == "supported" and low.judge(Estimate(0.7, 0.6, 1.05)) == "inconclusive"
+    assert low.judge(Estimate(0.7, 0.6, 0.95, n=20)) == "supported"
+    assert low.judge(Estimate(0.7, 0.6, 1.05, n=20)) == "inconclusive"
     with pytest.raises(ValueError, match="ci_bound"):
         Claim(id="E", statement="s", source="src", paper_value="p", metric="m", direction="in", threshold=0,
               upper=1, ci_bound=0.5)

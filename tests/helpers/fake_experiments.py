@@ -47,7 +47,7 @@ COIN = Experiment(
     claims=(Claim(id="F-1", statement="a fair coin lands heads about half the time", source="folklore",
                   paper_value="0.5", metric="mean", direction="in", threshold=0.3, upper=0.7),
             Claim(id="F-2", statement="we flipped n coins", source="setup", paper_value="-", metric="n",
-                  direction=">=", threshold=10, judge_on="point")),
+                  direction=">=", threshold=10, judge_on="exact", exact_why="the setup's own count of flips")),
     setups={"smoke": CoinSetup(n=20), "quick": CoinSetup(n=200), "full": CoinSetup(n=2000)},
     measure=_measure_coin, scale_note="a numpy coin", plots=_plot_coin,
 )

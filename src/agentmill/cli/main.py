@@ -106,13 +106,22 @@ def _print_record(console, exp, rec) -> None:
 
         console.print(f"[bold red]{exp.id} failed:[/] {escape(str(rec.error))}")
         return
+    from rich.markup import escape
+
     from agentmill.report.render import missing_reason, model_label
 
     for c in exp.claims:
         est = rec.metrics.get(c.metric)
         v = rec.verdicts.get(c.id, "")
-        console.print(f"  {c.id:<12} {c.metric} = {est.fmt() if est else missing_reason(rec)}  ({c.threshold_text})  "
-                      f"[{_verdict_style(v)}]{v}[/]")
+        why = rec.reasons.get(c.id, "")
+        if v == "not_judged":  # withheld on purpose: show what was observed and why, never "missing … inconclusive"
+            seen = rec.metrics.get(f"{c.metric}_observed") or est
+            value, label = (f"{seen.fmt()} (observed)" if seen is not None else "not measured"), "not judged"
+        else:
+            value, label = (est.fmt() if est is not None else missing_reason(rec)), v
+        tail = f" — {escape(why)}" if why and v not in ("supported", "not_supported") else ""
+        console.print(f"  {c.id:<12} {c.metric} = {escape(value)}  ({c.threshold_text})  "
+                      f"[{_verdict_style(v)}]{label}[/]{tail}")
     console.print(f"  [dim]{rec.wall_seconds:.1f} s, model {model_label(rec)}, record "
                   f"{Path(rec.profile) / (exp.id + '.json')}[/]")
 

@@ -119,8 +119,10 @@ class RunRecord:
     """Everything needed to audit one experiment run.
 
     ``status`` is ``"ok"`` or ``"error"``; an error record keeps the message and no metrics. ``verdicts`` maps a
-    claim id to ``supported`` / ``not_supported`` / ``inconclusive`` (or ``not_judged`` at the smoke profile).
-    ``data`` holds the raw series the report plots from.
+    claim id to ``supported`` / ``not_supported`` / ``inconclusive`` / ``not_judged``. ``reasons`` maps the id of
+    every claim that is neither supported nor not supported to one line saying why (no interval, a stand-in model,
+    the smoke profile), so a reader never has to guess what "inconclusive" hides; records written before it read
+    as ``{}``. ``data`` holds the raw series the report plots from.
     """
 
     experiment_id: str
@@ -129,6 +131,7 @@ class RunRecord:
     status: str = "ok"
     metrics: dict[str, Estimate] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     model: str | None = None
@@ -268,6 +271,7 @@ def _parse(d: Any, source: str) -> RunRecord:
         if v not in VERDICTS:
             raise bad(f"verdicts[{claim!r}]", f"expected one of {', '.join(VERDICTS)}, got {_got(v)}")
     out["verdicts"] = dict(verdicts)
+    out["reasons"] = dict(get("reasons", is_str_map, "an object of strings"))
     metrics = get("metrics", is_obj, "an object")
     out["metrics"] = {name: _estimate(est, lambda f, p, n=name: bad(f"metrics[{n!r}]{f}", p))
                       for name, est in metrics.items()}
@@ -291,15 +295,18 @@ def _is_num(v: Any) -> bool:
 
 def _estimate(d: Any, bad: Any) -> Estimate:
     """One metric: the fields of :class:`Estimate` with their types (NaN allowed in the value and bounds, as
-    ``Estimate`` allows it for undefined statistics); unknown keys are ignored."""
+    ``Estimate`` allows it for undefined statistics); unknown keys are ignored, and the optional ones an older record
+    lacks (``dropped``, ``n_boot``) take their defaults."""
     if not isinstance(d, dict):
         raise bad("", f"expected an object (value, lo, hi, n, level, method), got {_got(d)}")
+    count = (lambda v: _is_int(v) and v >= 0, "an integer >= 0", False)
     kw: dict[str, Any] = {}
     for key, check, what, required in (("value", _is_num, "a number", True), ("lo", _is_num, "a number", True),
                                        ("hi", _is_num, "a number", True),
-                                       ("n", lambda v: _is_int(v) and v >= 0, "an integer >= 0", False),
+                                       ("n", *count),
                                        ("level", lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]", False),
-                                       ("method", lambda v: isinstance(v, str), "a string", False)):
+                                       ("method", lambda v: isinstance(v, str), "a string", False),
+                                       ("dropped", *count), ("n_boot", *count)):
         if key not in d:
             if required:
                 raise bad(f".{key}", "missing")

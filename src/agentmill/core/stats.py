@@ -11,8 +11,9 @@ binomial intervals (:func:`proportion_estimate`, Wilson; :func:`clopper_pearson`
 
 One rule for undefined values: a statistic that is undefined on its input (an AUROC without both classes, the
 rank correlation of a constant vector) returns NaN rather than raising, and the bootstraps drop NaN resamples and
-count them in ``Estimate.method``. Malformed input (mismatched shapes, a p-value outside [0, 1]) raises
-``ValueError``.
+count them in ``Estimate.dropped`` out of ``Estimate.n_boot`` (and in ``method``, for a reader of the record); the
+judge (``experiments.protocol``) refuses an interval built from fewer than half of its resamples. Malformed input
+(mismatched shapes, a p-value outside [0, 1]) raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ class Estimate:
     """A point value with a two-sided confidence interval ``[lo, hi]`` at ``level``.
 
     ``method`` says how the interval was obtained (``"bootstrap"``, ``"wilson"``, ``"exact"``, ...). An exact
-    quantity (closed form, a count) has ``lo == hi == value`` and ``method="exact"``.
+    quantity (closed form, a count) has ``lo == hi == value`` and ``method="exact"``. ``n`` is the number of
+    independent units behind the interval (samples, pairs, clusters): the judge needs at least 2 to call an interval
+    an interval. ``n_boot`` is how many bootstrap resamples were drawn (0: not a bootstrap) and ``dropped`` how many
+    of them were discarded because the statistic was undefined there; an interval from the surviving few describes
+    a different population, so the judge reads both. Records written before these two fields read them as 0.
     """
 
     value: float
@@ -39,10 +44,14 @@ class Estimate:
     n: int = 0
     level: float = 0.95
     method: str = "exact"
+    dropped: int = 0
+    n_boot: int = 0
 
     def __post_init__(self) -> None:
         if not (self.lo <= self.value <= self.hi) and not any(map(math.isnan, (self.value, self.lo, self.hi))):
             raise ValueError(f"Estimate needs lo <= value <= hi, got lo={self.lo}, value={self.value}, hi={self.hi}")
+        if not 0 <= self.dropped <= self.n_boot:
+            raise ValueError(f"Estimate needs 0 <= dropped <= n_boot, got dropped={self.dropped}, n_boot={self.n_boot}")
 
     @classmethod
     def exact(cls, value: float, n: int = 0) -> Estimate:
@@ -54,12 +63,17 @@ class Estimate:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Estimate:
-        return cls(**d)
+        """An Estimate from :meth:`to_dict` output; fields an older record lacks take their defaults, fields a newer
+        one adds are ignored."""
+        return cls(**{k: v for k, v in d.items() if k in _ESTIMATE_FIELDS})
 
     def fmt(self, digits: int = 3) -> str:
         if self.method == "exact" or self.lo == self.hi:
             return f"{self.value:.{digits}g}"
         return f"{self.value:.{digits}g} [{self.lo:.{digits}g}, {self.hi:.{digits}g}]"
+
+
+_ESTIMATE_FIELDS = frozenset(Estimate.__dataclass_fields__)
 
 
 def _check_samples(x: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -83,7 +97,7 @@ def bootstrap_ci(samples: Sequence[float] | np.ndarray, stat: Callable[[np.ndarr
         raise ValueError(f"level must be in (0, 1), got {level}")
     value = float(stat(a))
     if a.size == 1:
-        return Estimate(value, value, value, n=1, level=level, method="bootstrap")
+        return Estimate(value, value, value, n=1, level=level, method="bootstrap")  # no interval: the judge says so
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, a.size, size=(n_boot, a.size))
     res = a[idx]
@@ -95,7 +109,8 @@ def bootstrap_ci(samples: Sequence[float] | np.ndarray, stat: Callable[[np.ndarr
         boots = np.array([stat(r) for r in res], dtype=float)
     alpha = (1 - level) / 2
     lo, hi = np.quantile(boots, [alpha, 1 - alpha])
-    return Estimate(value, float(min(lo, value)), float(max(hi, value)), n=a.size, level=level, method="bootstrap")
+    return Estimate(value, float(min(lo, value)), float(max(hi, value)), n=a.size, level=level, method="bootstrap",
+                    n_boot=n_boot)
 
 
 def mean_estimate(samples: Sequence[float] | np.ndarray, *, level: float = 0.95, n_boot: int = 2000,
@@ -177,14 +192,19 @@ def paired_diff(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
         value = x.mean() / den
         with np.errstate(divide="ignore", invalid="ignore"):
             boots = x[idx].mean(1) / y[idx].mean(1)
-        boots = boots[np.isfinite(boots)]
+        boots = boots[np.isfinite(boots)]  # a resample whose reference mean is 0 has no ratio: dropped, counted
     else:
         value = float((x - y).mean())
         boots = (x - y)[idx].mean(1)
+    dropped = n_boot - boots.size
+    if boots.size == 0:
+        return Estimate(float(value), math.nan, math.nan, n=x.size, level=level, method="paired_bootstrap_ratio",
+                        dropped=dropped, n_boot=n_boot)
     alpha = (1 - level) / 2
     lo, hi = np.quantile(boots, [alpha, 1 - alpha])
     return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=x.size, level=level,
-                    method=f"paired_bootstrap_{'ratio' if stat == 'ratio' else 'diff'}")
+                    method=f"paired_bootstrap_{'ratio' if stat == 'ratio' else 'diff'}", dropped=dropped,
+                    n_boot=n_boot)
 
 
 def paired_rate_ratio(num_a, den_a, num_b, den_b, *, n_boot: int = 10_000, level: float = 0.95,
@@ -214,11 +234,7 @@ def paired_rate_ratio(num_a, den_a, num_b, den_b, *, n_boot: int = 10_000, level
         idx = rng.integers(0, na.size, size=(min(chunk, n_boot - start), na.size))
         boots.append(ratio(na[idx].sum(1), da[idx].sum(1), nb[idx].sum(1), db[idx].sum(1)))
     b = np.concatenate(boots)
-    b = b[np.isfinite(b)]
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(b, [alpha, 1 - alpha])
-    return Estimate(value, float(min(lo, value)), float(max(hi, value)), n=na.size, level=level,
-                    method="paired_bootstrap_rate_ratio")
+    return percentile_estimate(value, b, n=na.size, level=level, method="paired_bootstrap_rate_ratio")
 
 
 @dataclass(frozen=True)
@@ -332,8 +348,9 @@ def percentile_estimate(value: float, boots: Sequence[float] | np.ndarray, *, n:
                         method: str = "cluster_bootstrap") -> Estimate:
     """Percentile interval of the finite bootstrap replicates ``boots`` around the point ``value``.
 
-    NaN or infinite replicates (the statistic was undefined on that resample) are dropped and counted:
-    ``method`` becomes ``"<method>(dropped=k)"`` when k > 0. The interval is widened to contain ``value`` because
+    NaN or infinite replicates (the statistic was undefined on that resample) are dropped and counted in
+    ``Estimate.dropped`` (``n_boot`` is ``len(boots)``); ``method`` also becomes ``"<method>(dropped=k)"`` when k > 0,
+    so a reader of the record sees it beside the interval. The interval is widened to contain ``value`` because
     :class:`Estimate` requires lo ≤ value ≤ hi. NaN bounds when ``value`` is NaN or no replicate is finite. ``n``
     is the number of independent units resampled (clusters), recorded on the Estimate.
     """
@@ -342,10 +359,11 @@ def percentile_estimate(value: float, boots: Sequence[float] | np.ndarray, *, n:
     dropped = int(b.size - ok.size)
     tag = f"{method}(dropped={dropped})" if dropped else method
     if ok.size == 0 or math.isnan(value):
-        return Estimate(value, math.nan, math.nan, n=n, level=level, method=tag)
+        return Estimate(value, math.nan, math.nan, n=n, level=level, method=tag, dropped=dropped, n_boot=b.size)
     alpha = (1 - level) / 2
     lo, hi = np.quantile(ok, [alpha, 1 - alpha])
-    return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=n, level=level, method=tag)
+    return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=n, level=level, method=tag,
+                    dropped=dropped, n_boot=b.size)
 
 
 # -- two-stage cluster bootstrap over rows -------------------------------------------------------------------------

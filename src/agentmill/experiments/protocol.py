@@ -1,9 +1,25 @@
 """What an experiment is: a paraphrased claim with a pre-registered threshold, setups per profile, a measurement.
 
-A claim's threshold and direction are fixed in code before any run (pre-registration). The judge is
-deliberately conservative: a claim is ``supported`` only when the whole confidence interval of its metric is on
-the right side of the threshold, ``not_supported`` when the whole interval is on the wrong side, and
-``inconclusive`` otherwise. It never rounds up.
+A claim's threshold and direction are fixed in code before any run (pre-registration), and so is the rule that
+judges it (``Claim.rule``). There are three, and the judge never moves a claim from one to another:
+
+- ``ci`` (the default): ``supported`` only when the whole confidence interval of the metric is on the right side of
+  the threshold, ``not_supported`` when the whole interval is on the wrong side, ``inconclusive`` otherwise.
+- ``two_part`` (``ci_bound`` set, e.g. "≥ 1.5 and CI > 1"): the point must meet the threshold and the interval's near
+  end must lie strictly beyond ``ci_bound``; ``not_supported`` when the far end misses the threshold.
+- ``exact`` (``judge_on="exact"``): the point is compared with the threshold. Only for a deterministic metric — a
+  closed form, a count over a fixed battery, a seeded check whose noise is inside its own test — and the claim must
+  say why in ``exact_why``; a measurement with sampling noise (a timing ratio, a Monte Carlo rate) is never exact.
+
+Whatever the rule, a verdict needs a number: a NaN or infinite value or a NaN bound is ``inconclusive``. An interval
+needs one too: ``ci`` and ``two_part`` give ``inconclusive`` when the estimate rests on fewer than 2 independent
+units (``Estimate.n``), when its interval has zero width (one sample, or a sampled quantity every unit agreed on —
+width zero is not certainty), or when more than half of its bootstrap resamples were dropped as undefined
+(``Estimate.dropped`` of ``Estimate.n_boot``). A claim whose run deliberately withheld its verdict (the metric
+recorded as ``<metric>_observed`` by :func:`unjudged` or not measured, with the reason noted by :func:`withhold`; a
+plan-only run; the smoke profile) is ``not_judged``. Every verdict other than supported / not supported comes with a
+one-line reason (:meth:`Claim.judge_with_reason`, :meth:`Experiment.judge_with_reasons`), which the run record keeps.
+The judge never rounds up.
 """
 
 from __future__ import annotations
@@ -11,16 +27,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Collection, Mapping
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from agentmill.core.records import VERDICTS as VERDICTS  # one copy: a record holds only these (re-exported)
 from agentmill.core.stats import Estimate
 
 PROFILES = ("smoke", "quick", "full")
 Verdict = Literal["supported", "not_supported", "inconclusive", "not_judged"]  # the values of ``VERDICTS``
+Rule = Literal["ci", "exact", "two_part"]
+RULES: tuple[str, ...] = get_args(Rule)
+SMOKE_REASON = "smoke profile: never judged"
+PRECONDITION_NOT_MET = "precondition not met"
+"""How a run's note begins when the instrument it judges with failed its own check (an organism's gates): the run
+meant to judge, so its claims are ``inconclusive`` with that note, not ``not_judged``."""
+NOT_JUDGED_KEY = "not_judged"
+"""``RunContext.data[NOT_JUDGED_KEY]`` maps a claim metric this run deliberately does not judge to why
+(:func:`withhold`, :func:`unjudged`)."""
 
 
 @dataclass(frozen=True)
@@ -29,9 +55,11 @@ class Claim:
 
     ``direction``: ``">="`` / ``"<="`` compare the metric with ``threshold``; ``"in"`` requires
     ``threshold <= metric <= upper``. ``judge_on="ci"`` (default) needs the whole CI on the right side;
-    ``"point"`` compares the point value only (for exact quantities and counts). ``ci_bound`` encodes the
+    ``"exact"`` compares the point value only, and ``exact_why`` must say why no interval is needed (the metric is
+    deterministic: "a count over a fixed battery of 54 grid points", "closed-form values"). ``ci_bound`` encodes the
     spec's two-part rules such as "≥ 1.5 and CI > 1": the point must meet ``threshold`` and the CI's near end
-    must lie strictly beyond ``ci_bound`` (lower end for ``>=``, upper end for ``<=``).
+    must lie strictly beyond ``ci_bound`` (lower end for ``>=``, upper end for ``<=``). :attr:`rule` names which of
+    the three applies (module docstring).
     """
 
     id: str
@@ -42,16 +70,33 @@ class Claim:
     direction: Literal[">=", "<=", "in"]
     threshold: float
     upper: float | None = None
-    judge_on: Literal["ci", "point"] = "ci"
+    judge_on: Literal["ci", "exact"] = "ci"
     ci_bound: float | None = None
+    exact_why: str = ""
 
     def __post_init__(self) -> None:
+        if self.judge_on not in ("ci", "exact"):
+            raise ValueError(f"claim {self.id}: judge_on must be 'ci' or 'exact' (with exact_why), got "
+                             f"{self.judge_on!r}")
+        if self.judge_on == "exact" and not self.exact_why.strip():
+            raise ValueError(f"claim {self.id}: judge_on='exact' needs exact_why: why no interval is needed")
+        if self.judge_on == "ci" and self.exact_why:
+            raise ValueError(f"claim {self.id}: exact_why is for judge_on='exact' claims only")
+        if self.judge_on == "exact" and self.ci_bound is not None:
+            raise ValueError(f"claim {self.id}: ci_bound (the two-part rule) needs an interval, not judge_on='exact'")
         if self.ci_bound is not None and self.direction == "in":
             raise ValueError(f"claim {self.id}: ci_bound applies to '>=' / '<=' claims only")
         if self.direction not in (">=", "<=", "in"):
             raise ValueError(f"claim {self.id}: direction must be '>=', '<=' or 'in', got {self.direction!r}")
         if self.direction == "in" and (self.upper is None or self.upper < self.threshold):
             raise ValueError(f"claim {self.id}: direction 'in' needs upper >= threshold")
+
+    @property
+    def rule(self) -> Rule:
+        """``"exact"`` (the point), ``"two_part"`` (point and a CI bound) or ``"ci"`` (the whole interval)."""
+        if self.judge_on == "exact":
+            return "exact"
+        return "two_part" if self.ci_bound is not None else "ci"
 
     @property
     def threshold_text(self) -> str:
@@ -71,30 +116,63 @@ class Claim:
         return self.threshold <= x <= self.upper
 
     def judge(self, est: Estimate | None) -> Verdict:
-        """Verdict for ``est`` (None or NaN: inconclusive)."""
-        if est is None or est.value != est.value:
-            return "inconclusive"
-        if self.judge_on == "point" or est.lo == est.hi:
-            return "supported" if self._ok(est.value) else "not_supported"
+        """Verdict for ``est`` under :attr:`rule` (see :meth:`judge_with_reason` for why it is not a clear one)."""
+        return self.judge_with_reason(est)[0]
+
+    def judge_with_reason(self, est: Estimate | None) -> tuple[Verdict, str]:
+        """``(verdict, reason)``; the reason is one line for ``inconclusive`` and ``""`` for a clear verdict.
+
+        The checks run in the module docstring's order: a number to judge, then (``ci`` / ``two_part``) an interval
+        worth the name, then the comparison. A zero-width interval is never read as a point: that would let one
+        seed, or a bootstrap of identical units, pass as certainty.
+        """
+        if est is None:
+            return "inconclusive", f"{self.metric} was not recorded"
+        if math.isnan(est.value):
+            return "inconclusive", f"{self.metric} is undefined (NaN)"
+        if math.isinf(est.value):
+            return "inconclusive", f"{self.metric} is infinite"
+        if self.rule == "exact":
+            return ("supported", "") if self._ok(est.value) else ("not_supported", "")
+        if math.isnan(est.lo) or math.isnan(est.hi):
+            return "inconclusive", f"{self.metric} = {est.value:.3g} has no interval (bound undefined, {est.method})"
+        if est.n < 2:
+            return "inconclusive", f"{est.n} independent unit{'' if est.n == 1 else 's'}: no interval"
+        if est.lo == est.hi:
+            what = ("an exact number, but the claim is judged on an interval" if est.method == "exact" else
+                    f"all {est.n} units agree ({est.method}); width zero is not certainty")
+            return "inconclusive", f"zero-width interval: {what}"
+        if est.n_boot and 2 * est.dropped > est.n_boot:
+            return "inconclusive", (f"{est.dropped} of {est.n_boot} bootstrap resamples undefined: the interval "
+                                    f"describes the few that were not")
+        return self._judge_interval(est)
+
+    def _judge_interval(self, est: Estimate) -> tuple[Verdict, str]:
+        straddle = f"CI [{est.lo:.3g}, {est.hi:.3g}] straddles {self.threshold_text}"
         if self.direction == "in":
             if self._ok(est.lo) and self._ok(est.hi):
-                return "supported"
+                return "supported", ""
             assert self.upper is not None
             if est.hi < self.threshold or est.lo > self.upper:
-                return "not_supported"
-            return "inconclusive"
+                return "not_supported", ""
+            return "inconclusive", straddle
         if self.ci_bound is not None:
+            side = ">" if self.direction == ">=" else "<"
             near = est.lo > self.ci_bound if self.direction == ">=" else est.hi < self.ci_bound
             if self._ok(est.value):
-                return "supported" if near else "inconclusive"
-            far_bad = not self._ok(est.hi if self.direction == ">=" else est.lo)
-            return "not_supported" if far_bad else "inconclusive"
+                if near:
+                    return "supported", ""
+                return "inconclusive", (f"point {est.value:.3g} meets the threshold but CI [{est.lo:.3g}, "
+                                        f"{est.hi:.3g}] is not {side} {self.ci_bound:g}")
+            if not self._ok(est.hi if self.direction == ">=" else est.lo):
+                return "not_supported", ""
+            return "inconclusive", f"point {est.value:.3g} misses the threshold but the CI reaches it: {straddle}"
         lo_ok, hi_ok = self._ok(est.lo), self._ok(est.hi)
         if lo_ok and hi_ok:
-            return "supported"
+            return "supported", ""
         if not lo_ok and not hi_ok:
-            return "not_supported"
-        return "inconclusive"
+            return "not_supported", ""
+        return "inconclusive", straddle
 
 
 @dataclass
@@ -171,20 +249,83 @@ class Experiment:
             return setup
         return dataclasses.replace(setup, **parse_overrides(setup, overrides, where=self.id))
 
-    def judge(self, profile: str, metrics: Mapping[str, Estimate]) -> dict[str, Verdict]:
-        """Verdict per claim; the smoke profile never yields a verdict."""
-        if profile == "smoke":
-            return {c.id: "not_judged" for c in self.claims}
-        return {c.id: c.judge(metrics.get(c.metric)) for c in self.claims}
+    def judge(self, profile: str, metrics: Mapping[str, Estimate],
+              data: Mapping[str, Any] | None = None) -> dict[str, Verdict]:
+        """Verdict per claim (:meth:`judge_with_reasons` without the reasons)."""
+        return self.judge_with_reasons(profile, metrics, data)[0]
+
+    def judge_with_reasons(self, profile: str, metrics: Mapping[str, Estimate], data: Mapping[str, Any] | None = None
+                           ) -> tuple[dict[str, Verdict], dict[str, str]]:
+        """``(verdicts, reasons)``: a verdict per claim, and a one-line reason for each that is neither supported
+        nor not supported.
+
+        ``not_judged``: the smoke profile; a plan-only run (``data["plan_only"]``, its note the reason); a claim whose
+        metric the run withheld (:func:`withhold`, :func:`unjudged`: the reason is in ``data``) or recorded only as
+        ``<metric>_observed``. A claim metric that is simply absent is ``inconclusive`` (the run meant to judge it),
+        with the run's :data:`PRECONDITION_NOT_MET` note when it has one; so is a withheld one whose reason is such a
+        note (the instrument failed its check: the run meant to judge).
+        """
+        data = data or {}
+        verdicts: dict[str, Verdict] = {}
+        reasons: dict[str, str] = {}
+        plan = data.get("plan_only")
+        withheld = data.get(NOT_JUDGED_KEY)
+        withheld = withheld if isinstance(withheld, Mapping) else {}
+        pre = data.get("precondition")
+        for c in self.claims:
+            est = metrics.get(c.metric)
+            if profile == "smoke":
+                v, why = "not_judged", SMOKE_REASON
+            elif plan:
+                v, why = "not_judged", f"plan only: {plan}" if isinstance(plan, str) else "plan only: nothing measured"
+            elif est is None and (c.metric in withheld or f"{c.metric}_observed" in metrics):
+                why = str(withheld.get(c.metric) or "recorded as observed only: verdict withheld")
+                v = "inconclusive" if why.startswith(PRECONDITION_NOT_MET) else "not_judged"
+            elif est is None and isinstance(pre, str) and pre.startswith(PRECONDITION_NOT_MET):
+                v, why = "inconclusive", pre
+            else:
+                v, why = c.judge_with_reason(est)
+            verdicts[c.id] = v
+            if v not in ("supported", "not_supported"):
+                reasons[c.id] = why
+        return verdicts, reasons
 
 
-def unjudged(out: Mapping[str, Any], metrics: Collection[str]) -> dict[str, Any]:
-    """``out`` with each claim metric in ``metrics`` renamed ``<metric>_observed``.
-
-    A run that cannot judge its claims (an untrained stand-in model in a quick profile) still records the numbers;
-    without their claim names no verdict is computed from them.
+def withhold(data: dict[str, Any], metrics: Collection[str], reason: str) -> None:
+    """Note in ``data`` (the run's ``ctx.data``) that the claims on ``metrics`` are deliberately not judged in this
+    run, and why: :meth:`Experiment.judge_with_reasons` then gives them ``not_judged`` with ``reason`` instead of an
+    unexplained "inconclusive". For a rule that does not apply at this size (a full-profile rule at 1 seed) or an
+    arm this profile does not run. ``reason`` is one line that is true of this run; a second call adds to the notes.
     """
+    if not reason.strip():
+        raise ValueError("withhold needs a reason: why this run gives no verdict")
+    notes = data.setdefault(NOT_JUDGED_KEY, {})
+    for m in metrics:
+        notes[m] = reason
+
+
+def unjudged(out: Mapping[str, Any], metrics: Collection[str], reason: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with each claim metric in ``metrics`` renamed ``<metric>_observed``, and ``reason`` noted for them in
+    ``data`` (pass the run's ``ctx.data``; :func:`withhold`).
+
+    A run that cannot judge its claims (an untrained stand-in model in a quick profile, one seed where a negative
+    control needs five) still records the numbers; without their claim names no verdict is computed from them, and
+    the claim says ``not_judged`` with ``reason`` ("tiny stand-in model: verdicts need hf:smollm2 (full)") rather
+    than a bare "inconclusive".
+    """
+    withhold(data, metrics, reason)
     return {(f"{k}_observed" if k in metrics else k): v for k, v in out.items()}
+
+
+def rule_counts(experiments: Iterable[Experiment] | Mapping[str, Experiment]) -> dict[str, int]:
+    """How many claims each rule judges (``{"ci": …, "exact": …, "two_part": …}``, every rule present), for the
+    report's header: a reader should see how much rests on a point value."""
+    exps = experiments.values() if isinstance(experiments, Mapping) else experiments
+    counts = dict.fromkeys(RULES, 0)
+    for exp in exps:
+        for c in exp.claims:
+            counts[c.rule] += 1
+    return counts
 
 
 def parse_overrides(setup: Any, overrides: Mapping[str, str], *, where: str) -> dict[str, Any]:

@@ -252,7 +252,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         if bad:
             raise TypeError(f"measure() must return Estimates; got other types for {bad}")
         record.metrics = metrics
-        record.verdicts = exp.judge(profile, metrics)
+        record.verdicts, record.reasons = exp.judge_with_reasons(profile, metrics, ctx.data)
         record.data = ctx.data
         if "lm_info" in ctx.data:
             record.environment["lm"] = ctx.data["lm_info"]
@@ -263,7 +263,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         record.status = "error"
         record.error = f"{type(e).__name__}: {e}" + _install_hint(e)
         record.data = {"traceback": traceback.format_exc(limit=20)}
-        record.metrics, record.verdicts = {}, {}
+        record.metrics, record.verdicts, record.reasons = {}, {}, {}
         if raise_errors:
             record.wall_seconds = time.perf_counter() - t0
             _store(record, runs_dir)

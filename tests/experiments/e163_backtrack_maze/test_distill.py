@@ -24,5 +24,7 @@ def test_smoke_measure_and_plots(tmp_path) -> None:
 def test_set_configs(tmp_path) -> None:
     exp = get("e163.maze_distill")
     setup = exp.setup_for("smoke", {"configs": "3,3,1;2,2,2"})
-    m = exp.measure(setup, _ctx(tmp_path))
-    assert m["r5f_ratio"].n == 2
+    ctx = _ctx(tmp_path)
+    m = exp.measure(setup, ctx)
+    assert {(r["W"], r["K"], r["L"]) for r in ctx.data["rows"]} == {(3, 3, 1), (2, 2, 2)}
+    assert m["r5f_ratio"].n == setup.seeds == 1  # the units behind the interval are seeds, not configs (issue 24)

@@ -106,7 +106,8 @@ def test_smoke_crossing_and_unvalidated_organism_withholds_the_claim(tmp_path: P
     assert ctx2.data["validation"]["trained_now"] is False and ctx2.data["validation"]["reused"] is True
     assert ctx2.data["precondition"].startswith("precondition not met")
     assert m2["organism_validated"].value == 0.0 and "eta_margin" not in m2 and "eta_margin_observed" in m2
-    assert exp.judge("quick", m2) == {"CR-10a": "inconclusive"}
+    verdicts, reasons = exp.judge_with_reasons("quick", m2, ctx2.data)  # the run's note says why
+    assert verdicts == {"CR-10a": "inconclusive"} and reasons["CR-10a"] == ctx2.data["precondition"]
     assert ctx2.data["summary_cache"]["summariser_calls"] == 0  # every summary came from the cache
 
 

@@ -168,9 +168,10 @@ def test_quick_runs_the_model_free_arm_only(tmp_path: Path, monkeypatch: pytest.
     s = replace(exp.setup_for("quick"), n_episodes=1, distractor_tokens=(150, 300))
     ctx = RunContext("quick", "none", None, tmp_path)
     m = exp.measure(s, ctx)
-    verdicts = exp.judge("quick", m)
+    verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
     assert {verdicts[c.id] for c in exp.claims if c.metric not in ORGANISM_METRICS} == {"supported"}
-    assert verdicts["CR-12d/langchain-organism"] == verdicts["CR-12e/langchain-organism"] == "inconclusive"
+    assert verdicts["CR-12d/langchain-organism"] == verdicts["CR-12e/langchain-organism"] == "not_judged"
+    assert reasons["CR-12e/langchain-organism"].startswith("model arm not run at this profile")
     assert "organism" not in ctx.data and not any(k.startswith(("v_lc_organism", "lc_org_")) for k in m)
 
 

@@ -16,12 +16,14 @@ def test_smoke_record_shape(tmp_path) -> None:
     for est in ("grpo", "gigpo", "g2po"):
         assert 0 <= m[f"heldout_success_{est}"].value <= 1 and m[f"seconds_{est}_update"].value > 0
     assert m["seconds_g2po_graph"].value > 0 == m["seconds_grpo_graph"].value
-    assert "heldout_gain_g2po_grpo_observed" in m
+    assert "heldout_gain_g2po_grpo_observed" in m and "heldout_gain_g2po_grpo" not in m
+    assert rec.data["not_judged"]["heldout_gain_g2po_grpo"].startswith("1 seed by design")
     assert exp.plots(rec.data, tmp_path)[0].stat().st_size > 3000
 
 
-def test_the_claim_is_inconclusive_by_design_at_any_profile() -> None:
+def test_the_claim_is_not_judged_by_design_at_any_profile() -> None:
     exp = get("e165.g2po_lora_smoke")
     metrics = {"heldout_gain_g2po_grpo_observed": Estimate.exact(0.5)}  # what measure records, even when positive
-    assert exp.judge("quick", metrics) == {"G-10": "inconclusive"}
-    assert exp.judge("full", metrics) == {"G-10": "inconclusive"}
+    data = {"not_judged": {"heldout_gain_g2po_grpo": "1 seed by design"}}  # what measure notes (smoke test above)
+    for profile in ("quick", "full"):
+        assert exp.judge_with_reasons(profile, metrics, data) == ({"G-10": "not_judged"}, {"G-10": "1 seed by design"})

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.seeding import rng_for
-from agentmill.core.stats import Estimate, bootstrap_ci, spearman
+from agentmill.core.stats import Estimate, bootstrap_ci, percentile_estimate, spearman
 from agentmill.experiments.e162_tree_rollouts import PAPER
 from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, sample_pool
 from agentmill.experiments.plotting import pyplot, save
@@ -74,10 +74,9 @@ CLAIMS = (
           "(fraction with k in {0,N}) / pool collapse at Gc (Gc = 16, or N/2 when N < 32).",
           "[Rev] 'flatlines near 45%'", "≈45% plateau (their pool; not comparable)", "r2c_lake_share", ">=", 0.70),
     Claim("E162-NC1a", "Negative control: with fair-coin rewards the same estimator shows no collapse "
-          "(pool collapse at G = min(16, N)).", "spec §7 NC1", "expected <= 0.01", "nc1_collapse", "<=", 0.01,
-          judge_on="point"),
+          "(pool collapse at G = min(16, N)).", "spec §7 NC1", "expected <= 0.01", "nc1_collapse", "<=", 0.01),
     Claim("E162-NC1b", "Negative control: with fair-coin rewards the fitted lake mass z0 + z1 is ~0.",
-          "spec §7 NC1", "expected <= 0.02", "nc1_lake_mass", "<=", 0.02, judge_on="point"),
+          "spec §7 NC1", "expected <= 0.02", "nc1_lake_mass", "<=", 0.02),
 )
 
 
@@ -135,28 +134,28 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     # R2a: split-half prediction error, with prompts resampled (and the mixture refitted) in the bootstrap.
     err, pred, obs = _split_half_errors(R, s.pred_Gs)
+    # a resample the mixture cannot be fitted on is undefined: NaN, dropped and counted (percentile_estimate)
     boots = []
     for b, ii in enumerate(idx):
         try:
             boots.append(_split_half_errors(R[ii], s.pred_Gs)[0])
         except ValueError:
-            pass
+            boots.append(np.nan)
         ctx.progress("bootstrap", b + 1, s.n_boot)
-    lo, hi = np.quantile(boots, [0.025, 0.975]) if boots else (np.nan, np.nan)
-    r2a = Estimate(err, float(min(lo, err)), float(max(hi, err)), n=len(R), method="bootstrap (refit)")
+    r2a = percentile_estimate(err, boots, n=len(R), method="bootstrap (refit)")
 
     # R2b: Spearman(level, per-level collapse at G = 8), bootstrap within levels via prompt resampling.
     G_b = min(8, N)
     lv, c_lv = _level_collapse(R, levels, G_b)
     rho = spearman(lv, c_lv)
     rho_boot = []
-    for ii in idx:
+    for ii in idx:  # fewer than 3 levels in a resample: no correlation to speak of (NaN, dropped and counted)
         if len(set(levels[ii].tolist())) >= 3:
             lvb, cb = _level_collapse(R[ii], levels[ii], G_b)
             rho_boot.append(spearman(lvb, cb))
-    rho_boot = [x for x in rho_boot if x == x]
-    r2b = (Estimate(rho, float(min(np.quantile(rho_boot, 0.025), rho)), float(max(np.quantile(rho_boot, 0.975), rho)),
-                    n=len(lv), method="bootstrap") if rho == rho and rho_boot else Estimate.exact(float("nan")))
+        else:
+            rho_boot.append(np.nan)
+    r2b = percentile_estimate(rho, rho_boot, n=len(R), method="bootstrap")  # the units resampled are prompts
 
     # R2c: share of pool collapse explained by never/always-solved prompts. At G = N the ratio is 1 by
     # construction (pitfall 3), so Gc = 16 needs N >= 32; smaller runs use Gc = N/2.
@@ -165,10 +164,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     all_same = ((ks == 0) | (ks == N)).astype(float)
     per_c = np.array([collapse_unbiased(int(k), N, Gc) for k in ks])
     share = float(all_same.mean() / per_c.mean()) if per_c.mean() > 0 else float("nan")
-    share_boot = [all_same[ii].mean() / per_c[ii].mean() for ii in idx if per_c[ii].mean() > 0]
-    r2c = (Estimate(share, float(min(np.quantile(share_boot, 0.025), share)),
-                    float(max(np.quantile(share_boot, 0.975), share)), n=len(R), method="bootstrap")
-           if share == share else Estimate.exact(float("nan")))
+    share_boot = [all_same[ii].mean() / per_c[ii].mean() if per_c[ii].mean() > 0 else np.nan for ii in idx]
+    r2c = percentile_estimate(share, share_boot, n=len(R), method="bootstrap")
 
     # Lake mass of the whole pool (ungated; reported next to the review's ≈45%). A Beta part with a << 1 can
     # stand in for the point mass at 0 (the two are weakly identified), so the fitted pool's predicted collapse
@@ -178,14 +175,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     for ii in idx[: max(20, s.n_boot // 2)]:
         try:
             fb = fit_pool_mixture([counts[i] for i in ii])
-        except ValueError:
+        except ValueError:  # no fit on this resample: NaN, dropped and counted
+            lake_boot.append(np.nan)
+            plateau_boot.append(np.nan)
             continue
         lake_boot.append(fb.lake_mass)
         plateau_boot.append(float(fb.expected_collapse(PLATEAU_G)))
 
     def _with_ci(value: float, boots: list[float]) -> Estimate:
-        return Estimate(value, float(min(np.quantile(boots, 0.025), value)),
-                        float(max(np.quantile(boots, 0.975), value)), n=len(R), method="bootstrap (refit)")
+        return percentile_estimate(value, boots, n=len(R), method="bootstrap (refit)")
 
     lake = _with_ci(fit_all.lake_mass, lake_boot)
     plateau = _with_ci(float(fit_all.expected_collapse(PLATEAU_G)), plateau_boot)

@@ -83,12 +83,12 @@ CLAIMS = (
           ci_bound=1.0),
     Claim("E162-R3L2", "At equal leaves a tree costs fewer tokens than a group of independent samples: generated "
           "and forward tokens of the first L leaves, uucb / independent_shared (the larger of the two ratios).",
-          "[P] E162 (prefix reuse)", "not reported", "r3l2_worst_token_ratio", "<=", 0.80, judge_on="point"),
+          "[P] E162 (prefix reuse)", "not reported", "r3l2_worst_token_ratio", "<=", 0.80),
     Claim("E162-R3L3", "No loss of whole-prompt signal at equal leaves: mixed ratio uucb − independent.",
           "[R] guard", "not reported", "r3l3_mixed_diff", ">=", -0.10),
     Claim("E162-NC5", "Negative control: trees cannot drain the lake — on p̂ = 0 prompts no tree arm exceeds "
           "independent's mixed count by more than one prompt.", "[R] pitfall 1", "p = 0 gives no signal",
-          "nc5_max_excess", "<=", 1, judge_on="point"),
+          "nc5_max_excess", "<=", 1),
 )
 
 

@@ -91,9 +91,11 @@ def _unit(args: tuple[int, int, int, int, Setup]) -> dict[str, Any]:
 
 
 def _worst(per_config: list[Estimate], worst: str) -> Estimate:
+    """The worst config's side of every interval. ``n`` is the fewest independent units (seeds) behind any config's
+    interval, not the number of configs: three 1-seed "intervals" are still no interval."""
     f = max if worst == "max" else min
     return Estimate(f(e.value for e in per_config), f(e.lo for e in per_config), f(e.hi for e in per_config),
-                    n=len(per_config), method=f"{worst} over configs of {per_config[0].method}")
+                    n=min(e.n for e in per_config), method=f"{worst} over configs of {per_config[0].method}")
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:

@@ -141,7 +141,8 @@ CLAIMS = (
     Claim("H-1", "No LLM summary failed while measuring CR-8f (a failed summary keeps the prefix, so the rule would "
           "look preserved and the drop rates would be biased down; count of failed summaries).",
           "spec constraint-rot.md §9 (summariser exception → summary_failed, counted, never silent)", "—",
-          "health_summary_failed", "in", 0.0, upper=0.0, judge_on="point"),
+          "health_summary_failed", "in", 0.0, upper=0.0, judge_on="exact",
+          exact_why="a count of failed summaries in this run: each one is a defect to fix, not sampling noise"),
 )
 CLAIM_METRICS = tuple(c.metric for c in CLAIMS)
 
@@ -227,7 +228,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                        "ratio": s.ratio, "trim_input_tokens": s.trim_input_tokens,
                                        "counter": getattr(counter, "name", s.counter)},
                         "cache": cache.stats(), "summary_calls": llm.calls}
-    return out if s.judged else unjudged(out, CLAIM_METRICS)
+    if s.judged:
+        return out
+    return unjudged(out, CLAIM_METRICS, f"stand-in summariser {s.summariser} (untrained): its summaries say nothing "
+                                        "about SmolLM2's; the verdict needs hf:smollm2 (full)", ctx.data)
 
 
 def attack_report(target: Any, references: Mapping[str, Any], dev: Sequence[Any], test: Sequence[Any], *,

@@ -34,8 +34,8 @@ semantic, RuleReader verbatim)*, and §2.10 says an organism that fails a gate i
 not met" instead of its figures). The two RuleReaders share the survival classifier's anchors, so without the
 organism column η²_A is ≈ 0 by construction and the claim would test nothing. So the organism column is
 **needed**: when its card is not validated, the matrix (organism column included) is still measured and
-recorded, but the claim metric is renamed ``eta_margin_observed`` (verdict inconclusive) and the record says
-"precondition not met". The RuleReader-only decomposition is always reported (``eta_margin_rulereaders``, no
+recorded, but the claim metric is renamed ``eta_margin_observed`` (verdict inconclusive, the reason "precondition
+not met"). The RuleReader-only decomposition is always reported (``eta_margin_rulereaders``, no
 claim).
 
 Profiles. ``smoke`` runs without SmolLM2 exactly like the organism experiment's smoke: ``base``/``summariser``
@@ -316,8 +316,11 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                             "summary_failed": n_failed, "n_summary_failed": len(failed_rows),
                             "eta": {k: (None if x != x else x) for k, x in point.items()},
                             "n_episodes": len(eps)}
-    if not s.judged or not validated:
-        return unjudged(out, CLAIM_METRICS)
+    if not validated:
+        return unjudged(out, CLAIM_METRICS, ctx.data["precondition"], ctx.data)
+    if not s.judged:
+        return unjudged(out, CLAIM_METRICS, f"stand-in models (organism base {s.base}, summariser {s.summariser}): "
+                                            "verdicts need the SmolLM2 organism (full)", ctx.data)
     return out
 
 

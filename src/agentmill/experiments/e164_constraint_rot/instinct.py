@@ -265,7 +265,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     conds = [C.full_context(), C.never_stated(), *(C.compacted(m) for m in ms)]
     ctx.data["compactors"] = [m.name for m in ms]
     out: dict[str, Estimate] = {}
-    observed: set[str] = set()  # metric names measured under allow_unvalidated (never judged)
+    observed: dict[str, set[str]] = {}  # per organism, metric names measured under allow_unvalidated (never judged)
     health: list[dict[str, Any]] = []
     with office() as sb:
         eps = generate_episodes(cat, split="test_iid", n=2 * s.n_per_kind, seed=s.seed, kinds=KINDS,
@@ -276,15 +276,19 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             rows, validated = _run_organism(org, adapters[org], s, ctx, cat, counter, load, sb, eps, conds, pr)
             health += rows
             if rows:
-                observed |= _organism_metrics(org, rows, s, ctx, out, pr, ratio_rule, validated)
+                observed[org] = _organism_metrics(org, rows, s, ctx, out, pr, ratio_rule, validated)
             gc.collect()  # the first organism's model is unreferenced now; free it before the second loads
     ctx.data["summary_cache"] = cache.stats()
     out["health_errors"] = Estimate.exact(sum(bool(r.get("error")) for r in health), n=len(health))
     out["health_grader_mismatch"] = Estimate.exact(sum(bool(r.get("grader_mismatch")) for r in health),
                                                    n=len(health))
     if not s.judged:
-        return unjudged(out, CLAIM_METRICS)
-    return unjudged(out, observed)
+        return unjudged(out, CLAIM_METRICS, f"stand-in organisms (base {s.base}, summariser {s.summariser}): verdicts "
+                                            "need the SmolLM2 organisms (full)", ctx.data)
+    for org, names in observed.items():
+        if names:  # measured although this organism failed a gate or the decay precondition
+            out = unjudged(out, names, ctx.data[org]["precondition"], ctx.data)
+    return out
 
 
 def _run_organism(org: str, obtained: tuple[Path, bool], s: Setup, ctx: RunContext, cat: Any, counter: Any,

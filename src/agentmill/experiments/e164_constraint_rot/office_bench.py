@@ -44,10 +44,13 @@ def episodes(sb: Any, counter: Any, n: int, seed: int, distractor_tokens: Sequen
 
 
 def prereg_claim(criterion_id: str, statement: str, metric: str, *, paper_value: str = "—",
-                 claim_id: str | None = None) -> Claim:
-    """A protocol claim from a pre-registered criterion (``eq`` → point-judged ``in [t, t]``; ``le``/``ge`` →
+                 claim_id: str | None = None, exact_why: str = "") -> Claim:
+    """A protocol claim from a pre-registered criterion (``eq`` → ``in [t, t]`` judged exact; ``le``/``ge`` →
     ``<=``/``>=`` on the CI; ``abs_le`` → the difference's CI inside ``[-t, t]``). ``claim_id`` (default the
-    criterion id) tells apart one criterion applied to several arms."""
+    criterion id) tells apart one criterion applied to several arms. An ``eq`` criterion (prereg's ``note: exact``)
+    needs ``exact_why``: why this metric is deterministic here, which the YAML cannot know (the same criterion may
+    be measured on a scripted agent or on a sampled model). ``le``/``ge`` with ``exact_why`` are judged exact too:
+    measured on a scripted agent, the rate has no sampling noise and its "CI" would be the point."""
     from agentmill.methods.constraint_rot.prereg import load_prereg
 
     k = load_prereg().criterion(criterion_id)
@@ -56,9 +59,12 @@ def prereg_claim(criterion_id: str, statement: str, metric: str, *, paper_value:
         raise ValueError(f"{criterion_id}: direction {k.direction!r} has no threshold; build the claim by hand")
     t, cid = float(k.threshold), claim_id or criterion_id
     if k.direction == "eq":
-        return Claim(cid, statement, src, paper_value, metric, "in", t, upper=t, judge_on="point")
+        return Claim(cid, statement, src, paper_value, metric, "in", t, upper=t, judge_on="exact", exact_why=exact_why)
     if k.direction in ("le", "ge"):
-        return Claim(cid, statement, src, paper_value, metric, "<=" if k.direction == "le" else ">=", t)
+        return Claim(cid, statement, src, paper_value, metric, "<=" if k.direction == "le" else ">=", t,
+                     judge_on="exact" if exact_why else "ci", exact_why=exact_why)
+    if exact_why:
+        raise ValueError(f"{criterion_id}: exact_why is for 'eq', 'le' and 'ge' criteria, not {k.direction!r}")
     if k.direction == "abs_le":
         return Claim(cid, statement, src, paper_value, metric, "in", -t, upper=t)
     raise ValueError(f"{criterion_id}: direction {k.direction!r} is not mapped to a protocol claim")
@@ -73,6 +79,10 @@ def compactors(counter: Any) -> dict[str, Any]:
             "structured": StructuredSummary(counter=counter), "note_following": NoteFollowingSummary(counter=counter)}
 
 
+CI_FLAG_WHY = ("a 0/1 flag read off a bootstrap CI: the criterion is about the interval itself, whose sampling "
+               "uncertainty is already in it")
+
+
 def ci_flag_claim(cid: str, statement: str, metric: str, source: str) -> Claim:
     """A ``ci_includes``/``ci_excludes`` criterion encoded as an exact 0/1 metric judged on the point."""
-    return Claim(cid, statement, source, "—", metric, "in", 1.0, upper=1.0, judge_on="point")
+    return Claim(cid, statement, source, "—", metric, "in", 1.0, upper=1.0, judge_on="exact", exact_why=CI_FLAG_WHY)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.seeding import rng_for
-from agentmill.core.stats import Estimate, auroc
+from agentmill.core.stats import Estimate, auroc, percentile_estimate
 from agentmill.core.types import LabelTable, StepTable
 from agentmill.experiments.protocol import RunContext
 from agentmill.methods.g2po import g2po_advantages, gigpo_advantages, grpo_advantages
@@ -81,13 +81,10 @@ def weighted_auroc(score: np.ndarray, pos: np.ndarray, w: np.ndarray, inv: np.nd
     return float((w1 * (below + 0.5 * w0)).sum() / (n1 * n0))
 
 
-def _pct(boots: np.ndarray, value: float) -> Estimate:
-    b = boots[np.isfinite(boots)]
-    if not math.isfinite(value) or b.size == 0:
-        return Estimate(value, math.nan, math.nan, n=b.size, method="cluster_bootstrap")
-    lo, hi = np.quantile(b, [0.025, 0.975])
-    return Estimate(float(value), float(min(lo, value)), float(max(hi, value)), n=b.size,
-                    method="cluster_bootstrap(groups)")
+def _pct(boots: np.ndarray, value: float, n_groups: int) -> Estimate:
+    """The percentile interval of the group-bootstrap replicates (``core.stats.percentile_estimate``: undefined
+    replicates dropped and counted); ``n`` is the number of groups resampled, the independent units."""
+    return percentile_estimate(value, boots, n=n_groups, method="cluster_bootstrap(groups)")
 
 
 def auroc_table(scores: dict[str, np.ndarray], pos: np.ndarray, codes: np.ndarray, W: np.ndarray
@@ -101,13 +98,15 @@ def auroc_table(scores: dict[str, np.ndarray], pos: np.ndarray, codes: np.ndarra
     return point, boots
 
 
-def summarise(prefix: str, point: dict[str, float], boots: dict[str, np.ndarray], out: dict[str, Estimate]) -> None:
+def summarise(prefix: str, point: dict[str, float], boots: dict[str, np.ndarray], out: dict[str, Estimate],
+              n_groups: int) -> None:
     """``<prefix>_auroc_<est>`` and the paired gains ``<prefix>_gain_g2po_<base>`` into ``out``."""
     for k in point:
-        out[f"{prefix}_auroc_{k}"] = _pct(boots[k], point[k])
+        out[f"{prefix}_auroc_{k}"] = _pct(boots[k], point[k], n_groups)
     for base in ("grpo", "gigpo"):
         if "g2po" in point and base in point:
-            out[f"{prefix}_gain_g2po_{base}"] = _pct(boots["g2po"] - boots[base], point["g2po"] - point[base])
+            out[f"{prefix}_gain_g2po_{base}"] = _pct(boots["g2po"] - boots[base], point["g2po"] - point[base],
+                                                     n_groups)
 
 
 def score_arm(table: StepTable, labels: LabelTable, key_fn: StateKeyFn, n_boot: int, seed: int, prefix: str,
@@ -119,7 +118,7 @@ def score_arm(table: StepTable, labels: LabelTable, key_fn: StateKeyFn, n_boot: 
     codes, W = cluster_weights(table.group_id[rows], n_boot, seed)
     scores = {k: adv[k][rows] for k in ESTIMATORS}
     point, boots = auroc_table(scores, pos, codes, W)
-    summarise(prefix, point, boots, out)
+    summarise(prefix, point, boots, out, W.shape[1])
     # P5: share of progress steps inside failed runs whose advantage is > 0 (total A, and the graph term alone)
     infail = (~table.success[rows]) & pos
     for name, col in (("g2po", adv["g2po"]), ("g2po_graph", adv["g2po_graph"]), ("grpo", adv["grpo"]),
@@ -127,7 +126,7 @@ def score_arm(table: StepTable, labels: LabelTable, key_fn: StateKeyFn, n_boot: 
         hit = (col[rows] > 0) & infail
         if infail.sum():
             b = np.array([(Wb[codes] * hit).sum() / max((Wb[codes] * infail).sum(), 1e-300) for Wb in W])
-            out[f"{prefix}_infail_share_{name}"] = _pct(b, float(hit.sum() / infail.sum()))
+            out[f"{prefix}_infail_share_{name}"] = _pct(b, float(hit.sum() / infail.sum()), W.shape[1])
     out[f"{prefix}_n_rows"] = Estimate.exact(rows.size)
     out[f"{prefix}_progress_rate"] = Estimate.exact(float(pos.mean()))
     out[f"{prefix}_infail_progress_steps"] = Estimate.exact(float(infail.sum()))
@@ -142,11 +141,11 @@ def score_arm(table: StepTable, labels: LabelTable, key_fn: StateKeyFn, n_boot: 
     sh = shuffled_key_table(table, key_fn, rng_for(seed, "shuffle-keys"))
     sh_adv, sh_diag = estimator_advantages(sh, ExactKey(normalize_ws=False))
     sp, sb = auroc_table({k: sh_adv[k][rows] for k in ESTIMATORS}, pos, codes, W)
-    summarise(f"{prefix}_shuffled", sp, sb, out)
+    summarise(f"{prefix}_shuffled", sp, sb, out, W.shape[1])
     out[f"{prefix}_shuffled_merge_rate"] = Estimate.exact(sh_diag["merge_rate"])
     # permuted labels: the progress labels of the known rows in random order
     perm = rng_for(seed, "perm-labels").permutation(pos)
     pp, pb = auroc_table(scores, perm, codes, W)
     for k in ESTIMATORS:
-        out[f"{prefix}_perm_auroc_{k}"] = _pct(pb[k], pp[k])
+        out[f"{prefix}_perm_auroc_{k}"] = _pct(pb[k], pp[k], W.shape[1])
     ctx.data[f"{prefix}_controls"] = {"shuffled": sp, "permuted": pp}

@@ -105,7 +105,7 @@ CLAIMS = (
           -0.02, upper=0.02),
     Claim("G-9-LM", "With LM rollouts, graph + advantages cost < 0.5 % of the rollout wall time.",
           "[S] '< 0.5 % extra compute'; threshold spec §7 G-9 / §8 PERF-4", "< 0.5 %", "lm_overhead_ratio", "<=",
-          0.005, judge_on="point"),
+          0.005),
 )
 
 
@@ -160,7 +160,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     finally:
         torch.set_num_threads(threads)
     if not s.judged:
-        out = unjudged(out, CLAIM_METRICS)
+        out = unjudged(out, CLAIM_METRICS, f"tiny stand-in model {s.model} in place of SmolLM2: verdicts need "
+                                           "hf:smollm2 (full)", ctx.data)
     return out
 
 

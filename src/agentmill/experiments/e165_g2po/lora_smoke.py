@@ -4,8 +4,9 @@ The LM arm of ``g2po.train_compare``: one SmolLM2-135M-Instruct ``CandidatePolic
 q/v; AdamW lr 1e-4, spec §6.4) per estimator (``policy_factory = policy.reset``: same initial weights, same task
 order, same rollout seeds), 1 seed, 10 iterations on tiny KeyDoor training layouts, then the sampled-policy success
 of each arm on held-out layouts. One seed and a 135M model on a CPU cannot separate the arms: the spec makes this a
-smoke test of the LM training path and registers its claim as INCONCLUSIVE by design (the claim's metric is never
-recorded under its judged name; the numbers are ``*_observed``). G2PO here is G2PO-style (reconstructed) [R].
+smoke test of the LM training path and registers its claim as not judged by design (the claim's metric is never
+recorded under its judged name: the numbers are ``*_observed``, through ``protocol.unjudged``). G2PO here is
+G2PO-style (reconstructed) [R].
 
 Each estimator is trained by its own ``train_compare`` call (identical seeds, so the arms still see common random
 numbers at iteration 0) because ``train_compare`` keeps no per-arm weights, and the held-out evaluation must happen
@@ -30,7 +31,7 @@ from agentmill.experiments.e165_g2po import PAPER
 from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS
 from agentmill.experiments.e165_g2po.keydoor_groups import KEY
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 from agentmill.lm.candidate_pair import build_pair
 from agentmill.methods.g2po.train import train_compare
 
@@ -115,13 +116,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                 out[f"seconds_{est}_{k}"] = Estimate.exact(v)
             ctx.data[est] = {"success": arm.success, "eval_iteration": arm.eval_iteration,
                              "train_success": arm.train_success, "heldout_success": held[est]}
-        # never under the claim's metric name: INCONCLUSIVE by design (spec §7 G-10)
-        out["heldout_gain_g2po_grpo_observed"] = Estimate.exact(held["g2po"] - held["grpo"])
-        out["heldout_gain_g2po_gigpo_observed"] = Estimate.exact(held["g2po"] - held["gigpo"])
+        out["heldout_gain_g2po_grpo"] = Estimate.exact(held["g2po"] - held["grpo"])
+        out["heldout_gain_g2po_gigpo"] = Estimate.exact(held["g2po"] - held["gigpo"])
         ctx.data["model"] = s.model
     finally:
         torch.set_num_threads(threads)
-    return out
+    # never under the claim's metric name, at any profile: not judged by design (spec §7 G-10)
+    return unjudged(out, ("heldout_gain_g2po_grpo", "heldout_gain_g2po_gigpo"),
+                    "1 seed by design: the spec registers G-10 as a smoke test of LoRA training, never judged",
+                    ctx.data)
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:

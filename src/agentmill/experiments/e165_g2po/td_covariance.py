@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, percentile_estimate
 from agentmill.envs.keydoor import layouts
 from agentmill.envs.rollout import EpsilonOraclePolicy, collect_groups
 from agentmill.experiments.e165_g2po import PAPER
@@ -131,8 +131,6 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     point, n_judged = share(all_rows, ordinary)
     rng = np.random.default_rng(s.seed)
     boots = np.array([share(rng.integers(0, s.resamples, s.resamples), ordinary)[0] for _ in range(s.n_boot)])
-    boots = boots[np.isfinite(boots)]
-    lo, hi = (np.quantile(boots, [0.025, 0.975]) if boots.size else (np.nan, np.nan))
     cov, var_u, var_v, var_d, pres = _verdicts(vu, vv, td, all_rows)
     judged = ordinary & (pres >= s.min_presence)
     ratio = var_d[judged] / (var_u[judged] + var_v[judged])
@@ -142,9 +140,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["g2"] = {"var_ratio": ratio.tolist(), "corr": corr.tolist(),
                       "edges": [[str(t), str(u)[:60], str(v)[:60]] for (t, u, v), j in zip(names, judged) if j][:300]}
     return {
-        "share_edges_pass": Estimate(point, float(min(lo, point)), float(max(hi, point)), n=n_judged,
-                                     method="bootstrap over resampled groups") if np.isfinite(lo)
-        else Estimate.exact(point, n=n_judged),
+        # the units resampled are the groups (a resample judging no edge is undefined: dropped and counted)
+        "share_edges_pass": percentile_estimate(point, boots, n=s.resamples, method="bootstrap over resampled groups"),
         "edges_judged": Estimate.exact(n_judged),
         "share_cov_positive": Estimate.exact(float((cov[judged] > 0).mean()) if n_judged else float("nan")),
         "share_var_reduced": Estimate.exact(float((var_d[judged] < var_u[judged] + var_v[judged]).mean())

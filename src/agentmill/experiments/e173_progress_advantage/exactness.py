@@ -76,9 +76,13 @@ SETUPS = {
 CLAIMS = (
     Claim("P-1a", "π* from soft value iteration: β·log(π*/π_ref) equals A* = Q* − V* to < 1e-8 on every live valid "
           "(s, a) of every MDP, stochastic ones included.", "[P] §2.7 identity; threshold spec §7 P-1",
-          "exact (theory)", "max_err_vi", "<=", 1e-8, judge_on="point"),
+          "exact (theory)", "max_err_vi", "<=", 1e-8, judge_on="exact",
+          exact_why="exact dynamic programming on enumerated MDPs, no sampling: a numerical identity checked on every "
+                    "live (s, a) to its tolerance"),
     Claim("P-1b", "π from soft policy iteration (independent of the soft max): β·log(π/π_ref) equals A* to < 1e-8.",
-          "[P] §2.7; threshold spec §7 P-1", "exact (theory)", "max_err_spi", "<=", 1e-8, judge_on="point"),
+          "[P] §2.7; threshold spec §7 P-1", "exact (theory)", "max_err_spi", "<=", 1e-8, judge_on="exact",
+          exact_why="exact dynamic programming on enumerated MDPs, no sampling: a numerical identity checked on every "
+                    "live (s, a) to its tolerance"),
     Claim("P-1c", "Exact-gradient KL-PG from π_ref: the identity error falls with training steps K (mean over MDPs "
           "of Spearman(K, error) ≤ −0.9, whole 95 % CI).", "[P] 'exact at the KL optimum'; threshold spec §7 P-1",
           "—", "kl_pg_spearman_mean", "<=", -0.9),

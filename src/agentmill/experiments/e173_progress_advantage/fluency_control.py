@@ -129,7 +129,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["p5"] = curve
     ctx.data["seconds"] = time.perf_counter() - t0
     if not s.judged:
-        out = unjudged(out, ("auroc_gap_progress_logprob",))
+        out = unjudged(out, ("auroc_gap_progress_logprob",), f"{s.n_layouts} layouts × {s.rollouts_per_layout} "
+                       "rollouts: spec §7 gives this size no verdict (full: 16 × 64)", ctx.data)
     return out
 
 

@@ -125,11 +125,17 @@ CLAIMS = (
     *(Claim(f"P-4-NC-perm-{sc}", f"Negative control: with step labels permuted, the {sc} AUROC is 0.5 ± 0.03.",
             "spec §7 negative controls", "0.5", f"perm_auroc_{sc}", "in", 0.47, upper=0.53) for sc in STEP_SCORERS),
     Claim("P-4-NC-ref-zero", "Negative control π_θ ≡ π_ref (K = 0): every step score is exactly 0.",
-          "spec §7 negative controls", "0", "k0_max_abs_progress", "<=", 1e-12, judge_on="point"),
+          "spec §7 negative controls", "0", "k0_max_abs_progress", "<=", 1e-12, judge_on="exact",
+          exact_why="at K = 0 the policy is the reference by construction: every step score is exactly 0 or the code "
+                    "is wrong (a floating-point check)"),
     Claim("P-4-NC-ref-auroc", "Negative control π_θ ≡ π_ref: the progress AUROC CI contains 0.5 (1 = yes).",
-          "spec §7 negative controls", "—", "k0_auroc_ci_contains_half", ">=", 1.0, judge_on="point"),
+          "spec §7 negative controls", "—", "k0_auroc_ci_contains_half", ">=", 1.0, judge_on="exact",
+          exact_why="a 0/1 flag read off a bootstrap CI: the criterion is about the interval itself, whose sampling "
+                    "uncertainty is already in it"),
     Claim("P-4-NC-ref-warn", "Negative control π_θ ≡ π_ref: the scorer warns 'policy equals the reference' (1 = yes).",
-          "spec §7 negative controls, §9", "—", "k0_scorer_warned", ">=", 1.0, judge_on="point"),
+          "spec §7 negative controls, §9", "—", "k0_scorer_warned", ">=", 1.0, judge_on="exact",
+          exact_why="a yes/no check that the scorer warns on a policy equal to its reference: a deterministic code "
+                    "path"),
 )
 
 
@@ -250,7 +256,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["seconds"] = time.perf_counter() - t_start
     if not s.judged:
         claim_metrics = {c.metric for c in CLAIMS}
-        out = unjudged(out, claim_metrics)
+        out = unjudged(out, claim_metrics, f"{s.n_layouts} layouts × {s.groups_per_layout} groups: spec §7 gives "
+                       "this size no verdict (full: 16 × 8)", ctx.data)
     return out
 
 

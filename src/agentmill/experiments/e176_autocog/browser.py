@@ -58,7 +58,8 @@ CLAIMS = (
           "[R] spec §7 AC-9: 'stored rows = exactly one per trial_idx (0 lost, 0 duplicated); the metric on exported "
           "data equals the metric on the choices the script made; completion code shown; a second bot (always left, "
           "100 ms) is excluded with reasons ⊇ {single_side, fast_rt}; CSV/JSON round-trip equal'", "—",
-          "ac9_checks_passed", ">=", 1.0, judge_on="point"),
+          "ac9_checks_passed", ">=", 1.0, judge_on="exact",
+          exact_why="six pass/fail checks of the web task in a real browser: each must pass"),
 )
 
 

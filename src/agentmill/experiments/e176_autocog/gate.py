@@ -45,12 +45,11 @@ SETUPS = {"smoke": Setup(seeds=3, n_accepted=6), "quick": Setup(), "full": Setup
 CLAIMS = (
     Claim("E176-AC3-false", "The gate rarely admits a theory against itself (false-accept rate over all "
           "templates, 5 library theories).", "[I] spec §5 pitfall 1 (expected ≈ 0.02%)", "≈ 0.0002",
-          "ac3_false_accept", "<=", 0.01, judge_on="point"),
+          "ac3_false_accept", "<=", 0.01),
     Claim("E176-AC3-power", "The gate admits TTB vs WADD on a design of 8 top-cue-vs-majority conflict pairs.",
-          "[R] spec §7 AC-3", "—", "ac3_accept_ttb_wadd", ">=", 0.95, judge_on="point"),
+          "[R] spec §7 AC-3", "—", "ac3_accept_ttb_wadd", ">=", 0.95),
     Claim("E176-AC4", "Accepted designs are decisive: a fresh 25-subject sample from theory A lands nearer μ_A "
-          "than μ_B.", "[I] spec §7 AC-4 (derivation ≥ 0.91)", "—", "ac4_decisive", ">=", 0.85,
-          judge_on="point"),
+          "than μ_B.", "[I] spec §7 AC-4 (derivation ≥ 0.91)", "—", "ac4_decisive", ">=", 0.85),
 )
 
 

@@ -45,11 +45,17 @@ CLAIMS = (
     Claim("E176-AC1", "The weighting dial unifies TTB, Tallying and WADD (γ = 0, 1, >= γ*), rank-decay spans "
           "Tallying..TTB, DR-WADD nests WADD (α = 1; binary cues): mismatching decisions on all ordered binary "
           "pairs, F = 3-5, 6 validity vectors.", "[S] 'one dial'; [I] §2.5 identities", "0 (identities)",
-          "ac1_mismatches", "<=", 0, judge_on="point"),
+          "ac1_mismatches", "<=", 0, judge_on="exact",
+          exact_why="exhaustive over every ordered binary pair of the fixed cue grids: a deterministic count of "
+                    "disagreeing decisions"),
     Claim("E176-AC1-gamma", "γ* (least γ making the dial lexicographic) matches 4.86 / 2.98 / 5.26 within ±0.05.",
-          "[D] spec §2.5", "4.86 / 2.98 / 5.26", "ac1_gamma_star_max_abs_err", "<=", 0.05, judge_on="point"),
+          "[D] spec §2.5", "4.86 / 2.98 / 5.26", "ac1_gamma_star_max_abs_err", "<=", 0.05, judge_on="exact",
+          exact_why="gamma* is solved numerically (deterministic) and compared with the published constants: no "
+                    "sampling"),
     Claim("E176-AC2", "The vectorised library equals per-trial reference semantics (max |ΔP(A)|).",
-          "[C] theory YAML formulas; [R] reference loops", "—", "ac2_max_abs_diff", "<=", 1e-12, judge_on="point"),
+          "[C] theory YAML formulas; [R] reference loops", "—", "ac2_max_abs_diff", "<=", 1e-12, judge_on="exact",
+          exact_why="the same choice probabilities computed two ways on a fixed battery: a floating-point difference, "
+                    "no sampling"),
 )
 
 

@@ -67,13 +67,19 @@ CLAIMS = (
           "are recorded, the audit (with one lm_call per LM-driven step) is clean and every HTTP request is "
           "exactly one lm_call event (share of runs).",
           "[R] spec §7 AC-12: 'run completes; retries/fallbacks logged'", "—", "ac12_runs_ok", ">=", 1.0,
-          judge_on="point"),
+          judge_on="exact",
+          exact_why="the model is a scripted stub (replies a pure function of the prompt): each run is a "
+                    "deterministic pass/fail check of the plumbing"),
     Claim("E176-AC12b", "A RecordReplay rerun ends at a byte-identical ledger head without calling the model "
           "(share of runs).", "[R] spec §7 AC-12: 'replay byte-identical'", "—", "ac12_replay_identical", ">=",
-          1.0, judge_on="point"),
+          1.0, judge_on="exact",
+          exact_why="the model is a scripted stub (replies a pure function of the prompt): each replay is a "
+                    "deterministic byte comparison"),
     Claim("E176-AC12c", "No prompt the loop sends contains the ground truth's name, prose or code tokens (count of "
           "hits over all prompts).", "[R] spec §7 AC-12 and §5 pitfall 22", "—", "ac12_leaked_tokens", "<=", 0.0,
-          judge_on="point"),
+          judge_on="exact",
+          exact_why="a count of ground-truth tokens found in every prompt sent, with a planted positive control: any "
+                    "hit is a leak"),
 )
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e176_autocog import PAPER
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged, withhold
 from agentmill.methods.autocog.recovery import R_MIN, cell_passes
 
 
@@ -70,6 +70,9 @@ SPEC_AC7_QUICK_FULL = ("1 seed per cell (15 runs; pass = ≥ 12/15 cells with r 
                        "≤ 45 min")
 """Spec autocog §7, AC-7 row, column 'Quick / Full (2 cores)' (verbatim)."""
 
+SPEC_RULE_WHY = ("the spec's pre-registered count rule (cells passing, seeds recovering) over the seeded runs it "
+                 "prescribes: the decision is the count itself, not an estimate of a rate")
+
 CLAIMS = (
     Claim("E176-AC7", "The loop recovers hidden ground truths (full rule): in every one of the 15 (GT × noise) "
           "cells >= 4/5 seeds surface a theory whose battery P(A) correlates r >= .90 with the clean GT and, where "
@@ -77,20 +80,24 @@ CLAIMS = (
           "seeds per cell).",
           f"[R] spec §7 AC-7 threshold: '{SPEC_AC7_THRESHOLD}'; [A] 'known strategies are recovered'; [D] "
           "recovery grid r .92-.999 at ε <= .5", "r .909-.999 best-of-5 (Gemini)", "ac7_full_cell_pass_fraction",
-          ">=", 1.0, judge_on="point"),
+          ">=", 1.0, judge_on="exact",
+          exact_why=SPEC_RULE_WHY),
     Claim("E176-AC7-quick", "Quick rule: with 1 seed per cell, >= 12/15 cells pass (r >= .90 and, where the best "
           "seed's r < .85, Δr >= .10 — the stricter reading, see run_passes) (metric: share of cells passing; "
           "judged only with exactly 1 seed per cell).",
           f"[R] spec §7 AC-7 quick column: '{SPEC_AC7_QUICK_FULL}'", "—", "ac7_quick_cell_pass_fraction", ">=",
-          QUICK_CELLS / N_CELLS, judge_on="point"),
+          QUICK_CELLS / N_CELLS, judge_on="exact",
+          exact_why=SPEC_RULE_WHY),
     Claim("E176-NC1", "Pure-noise control (ε_gt = 1): the loop 'recovers' (r >= .90) in at most 1/5 seeds for every "
           "GT (metric: the largest per-GT share; judged only with >= 5 seeds per GT).",
           "[R] spec §7 NC-1: 'Full profile: r ≥ 0.90 in ≤ 1/5 seeds per GT (quick: reported)'", "—",
-          "nc1_max_gt_share_r_ge_090", "<=", 0.2, judge_on="point"),
+          "nc1_max_gt_share_r_ge_090", "<=", 0.2, judge_on="exact",
+          exact_why=SPEC_RULE_WHY),
     Claim("E176-NC2", "Broken stimulus-choice link (responses permuted within subject): r >= .90 in at most 1/5 "
           "seeds for every GT (same rule as NC-1).",
           "[R] spec §7 NC-2: 'Same pass rule as NC-1'", "—", "nc2_max_gt_share_r_ge_090", "<=", 0.2,
-          judge_on="point"),
+          judge_on="exact",
+          exact_why=SPEC_RULE_WHY),
 )
 NC_MIN_SEEDS = 5
 """NC-1/NC-2 are judged only with >= 5 seeds per GT (spec: 'Full profile …; quick: reported')."""
@@ -181,8 +188,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             out[f"{name}_mean_r"] = Estimate.exact(float(np.mean([r["r"] for r in rs])), n=len(rs))
             if name in ("nc1", "nc2"):
                 share = max(float(np.mean([r["r"] >= 0.9 for r in rs if r["gt"] == g])) for g in {r["gt"] for r in rs})
-                key = f"{name}_max_gt_share_r_ge_090" + ("" if s.seeds >= NC_MIN_SEEDS else "_observed")
-                out[key] = Estimate.exact(share, n=len(rs))
+                out[f"{name}_max_gt_share_r_ge_090"] = Estimate.exact(share, n=len(rs))
     if s.nc1:
         gaps = [r["top2_gap"] for r in runs if r["variant"] == "nc1" and not math.isnan(r["top2_gap"])]
         out["nc1_top2_gap"] = Estimate.exact(float(np.mean(gaps)) if gaps else math.nan)
@@ -193,7 +199,30 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data.update({"runs": runs, "cell_pass": cell_pass,
                      "battery_check": {str(k): b["check"] for k, b in bats.items()},
                      "battery_sha256": {str(k): b["sha256"] for k, b in bats.items()}})
+    if s.seeds < NC_MIN_SEEDS:
+        out = unjudged(out, ("nc1_max_gt_share_r_ge_090", "nc2_max_gt_share_r_ge_090"),
+                       f"{s.seeds} seed(s) per GT: NC-1/NC-2 are judged only with >= {NC_MIN_SEEDS} (spec: quick "
+                       "reports them)", ctx.data)
+    _withhold_rules(s, ctx.data)  # after: a control this profile does not run says so rather than "1 seed"
     return out
+
+
+def _withhold_rules(s: Setup, data: dict[str, Any]) -> None:
+    """Say why a rule this run does not apply is not judged: each AC-7 rule belongs to one seed count (spec §7: the
+    quick column for 1 seed, the threshold for 5), and the negative controls this profile does not run."""
+    if s.seeds == 1:
+        withhold(data, ("ac7_full_cell_pass_fraction",), "1 seed per cell: the full AC-7 rule (>= 4/5 seeds in "
+                                                          "every cell) needs 5 seeds")
+    elif s.seeds >= 5:
+        withhold(data, ("ac7_quick_cell_pass_fraction",), f"{s.seeds} seeds per cell: the quick AC-7 rule is for "
+                                                           "1 seed per cell; the full rule judges this run")
+    else:
+        withhold(data, ("ac7_quick_cell_pass_fraction", "ac7_full_cell_pass_fraction"),
+                 f"{s.seeds} seeds per cell fit neither AC-7 rule (quick: 1 seed, full: 5)")
+    for flag, metric, what in ((s.nc1, "nc1_max_gt_share_r_ge_090", "NC-1 (pure noise)"),
+                               (s.nc2, "nc2_max_gt_share_r_ge_090", "NC-2 (permuted responses)")):
+        if not flag:
+            withhold(data, (metric,), f"{what} is not run at this profile (the full profile runs it)")
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:

@@ -63,12 +63,16 @@ CLAIMS = (
     Claim("E176-AC8", "A run SIGKILLed at any ledger event resumes to a complete audit trail with the head hash and "
           "state.json byte-identical to the uninterrupted run (share of kill points).",
           "[R] spec §7 AC-8: '`audit` exit 0 at every point; final `state.json` and ledger head hash "
-          "byte-identical to the uninterrupted run'", "—", "ac8_kill_points_passing", ">=", 1.0, judge_on="point"),
+          "byte-identical to the uninterrupted run'", "—", "ac8_kill_points_passing", ">=", 1.0, judge_on="exact",
+          exact_why="a counterexample search: every drawn kill point must resume byte-identically, and one failure "
+                    "refutes 'any ledger event'; the points drawn are in the record"),
     Claim("E176-AC8-LM", "The same for a run with LLM roles over a scripted model (loopback stub): resumed "
           "byte-identical, audit clean with an lm_call before every LM-driven step, and the same lm_call events "
           "as the uninterrupted run (share of kill points).",
           "[R] spec §7 AC-8 ('programmatic run and Scripted-LM run') and §6.7 ('reusing any recorded lm_call "
-          "response instead of asking again')", "—", "ac8_lm_kill_points_passing", ">=", 1.0, judge_on="point"),
+          "response instead of asking again')", "—", "ac8_lm_kill_points_passing", ">=", 1.0, judge_on="exact",
+          exact_why="a counterexample search: every drawn kill point must resume byte-identically, and one failure "
+                    "refutes 'any ledger event'; the points drawn are in the record"),
 )
 
 

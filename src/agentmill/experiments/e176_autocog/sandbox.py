@@ -98,7 +98,8 @@ CLAIMS = (
     Claim("E176-AC11", "The sandbox contains bad theory code: every suite case gives its specific error within its "
           "limit + 1 s, leaves no file anywhere and leaves the parent unaffected (share of cases contained).",
           "[R] spec §7 AC-11: 'each gives its specific error within limit + 1 s; no file left anywhere; parent "
-          "unaffected'", "—", "ac11_contained_share", ">=", 1.0, judge_on="point"),
+          "unaffected'", "—", "ac11_contained_share", ">=", 1.0, judge_on="exact",
+          exact_why="a fixed suite of hostile cases, each pass/fail: one escape refutes containment"),
 )
 
 

@@ -39,7 +39,7 @@ SETUPS = {"smoke": Setup(runs=1, n_rounds=1, n_designs=4, max_candidates=12),
 CLAIMS = (
     Claim("E176-AC6", "Scoring on all data favours the truth: when the hidden ground truth is a slot theory, it is "
           "rank 1 on every post-data leaderboard (share of runs).", "[R] spec §7 AC-6", "—", "ac6_truth_rank1_share",
-          ">=", 0.9, judge_on="point"),
+          ">=", 0.9),
 )
 
 

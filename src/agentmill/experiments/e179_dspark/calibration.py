@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, percentile_estimate
 from agentmill.experiments.e179_dspark import PAPER
 from agentmill.experiments.e179_dspark.drafters import load_drafter
 from agentmill.experiments.plotting import pyplot, save
@@ -58,7 +58,7 @@ CLAIMS = (
     Claim("E179-C1c", "STS lowers ECE: ECE before − ECE after.", "[P] DSpark §4.3", "lower after STS",
           "c1_ece_gain", ">=", 0.0, ci_bound=0.0),
     Claim("E179-NC5", "Negative control: confidences shuffled across rounds carry no information (|AUROC − 0.5| "
-          "< 0.05).", "[R] spec §7 NC-5", "—", "nc5_auroc_shuffled", "in", 0.45, upper=0.55, judge_on="point"),
+          "< 0.05).", "[R] spec §7 NC-5", "—", "nc5_auroc_shuffled", "in", 0.45, upper=0.55),
 )
 
 
@@ -123,7 +123,6 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         pick = rng.choice(prompts, len(prompts))
         boots.append(stats(np.concatenate([by_p[p] for p in pick])))
     boots = np.array(boots)
-    lo, hi = np.nanpercentile(boots, 2.5, axis=0), np.nanpercentile(boots, 97.5, axis=0)
     shuffled = confidence_metrics(pred_after[rng.permutation(len(at))], yt)
     before, after = confidence_metrics(pred_before, yt), confidence_metrics(pred_after, yt)
     ctx.data.update({"temperatures": temps.tolist(), "before": before, "after": after,
@@ -131,9 +130,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                      "reliability": _reliability(pred_before, pred_after, yt)})
     method = f"bootstrap over {len(prompts)} test prompts ({len(at)} rounds)"
 
-    def est(i: int) -> Estimate:
-        v = float(point[i])
-        return Estimate(v, float(min(lo[i], v)), float(max(hi[i], v)), n=len(at), method=method)
+    def est(i: int) -> Estimate:  # the units resampled are prompts (rounds of one prompt travel together)
+        return percentile_estimate(float(point[i]), boots[:, i], n=len(prompts), method=method)
 
     return {"c1_auroc": est(0), "c1_ece_after": est(1), "c1_ece_gain": est(2),
             "nc5_auroc_shuffled": Estimate.exact(shuffled["auroc"], len(at))}

@@ -53,21 +53,19 @@ SETUPS = {
 CLAIMS = (
     Claim("E179-La", "The load-aware scheduler tracks the best fixed verify length at every load: min over C of "
           "throughput(dspark-async) / max_k throughput(fixed:k).", "[P] DSpark §5; engine reports",
-          "matches or beats the best fixed k", "la_vs_best_fixed", ">=", 0.95, judge_on="point"),
+          "matches or beats the best fixed k", "la_vs_best_fixed", ">=", 0.95),
     Claim("E179-La2", "Secondary: the scheduler never falls below plain decoding: min over C of throughput "
-          "dspark-async / AR.", "[P] DSpark §5", "—", "la_vs_ar", ">=", 0.97, judge_on="point"),
+          "dspark-async / AR.", "[P] DSpark §5", "—", "la_vs_ar", ">=", 0.97),
     Claim("E179-Lc", "At matched throughput DSpark gives each user more speed than an MTP-1-like drafter: per-user "
           "TPS dspark-async / fixed:1, geometric mean over the frontier overlap.", "[P] DSpark abstract",
-          "+57–85%", "lc_matched_ratio", ">=", 1.3, judge_on="point"),
+          "+57–85%", "lc_matched_ratio", ">=", 1.3),
     Claim("E179-Lb", "Where fixed:7 falls below AR, the scheduler does not: min over those C of dspark-async / AR "
           "(inconclusive when fixed:7 never falls below AR).", "[P] DSpark §5.2", "—", "lb_collapse_guard", ">=",
-          0.97, judge_on="point"),
+          0.97),
     Claim("E179-L2", "The trace simulator predicts the real engine: largest |simulated / real throughput − 1| over "
-          "the arms and concurrencies of the sweep.", "[R] spec §7 L2", "—", "l2_sim_max_dev", "<=", 0.15,
-          judge_on="point"),
+          "the arms and concurrencies of the sweep.", "[R] spec §7 L2", "—", "l2_sim_max_dev", "<=", 0.15),
     Claim("E179-Le", "Adaptive verification costs little at low load: min over C ∈ {1, 2} of dspark-async / "
-          "fixed:7 throughput.", "[E] vLLM #52362: −4.7 to −8.3%", "−4.7 to −8.3%", "le_low_load", ">=", 0.95,
-          judge_on="point"),
+          "fixed:7 throughput.", "[E] vLLM #52362: −4.7 to −8.3%", "−4.7 to −8.3%", "le_low_load", ">=", 0.95),
 )
 
 

@@ -50,13 +50,18 @@ SETUPS = {
 CLAIMS = (
     Claim("E179-T1", "Rejection sampling with any causal policy reproduces the target exactly: largest |exact "
           "output distribution − target joint| over every configuration.", "[P] DSpark App. A; Leviathan et al.",
-          "exact", "t1_max_error", "<=", 1e-12, judge_on="point"),
+          "exact", "t1_max_error", "<=", 1e-12, judge_on="exact",
+          exact_why="exact output distributions by enumeration over every configuration: a floating-point difference, "
+                    "no sampling"),
     Claim("E179-NC1b", "Negative control: the retrospective search is biased on the toy too.", "[R] spec §7 NC-1",
-          "—", "nc1b_retro_error", ">=", 1e-3, judge_on="point"),
+          "—", "nc1b_retro_error", ">=", 1e-3, judge_on="exact",
+          exact_why="an exact output distribution by enumeration on the toy: no sampling"),
     Claim("E179-NC3", "Negative control: a confidence that reads the token it scores (threshold:0.5) is biased.",
-          "[R] spec §7 NC-3", "—", "nc3_anticipating_error", ">=", 1e-3, judge_on="point"),
+          "[R] spec §7 NC-3", "—", "nc3_anticipating_error", ">=", 1e-3, judge_on="exact",
+          exact_why="an exact output distribution by enumeration on the toy: no sampling"),
     Claim("E179-NC4", "Negative control: dspark-async with s = 0 is refused (1 = refused).", "[R] spec §7 NC-4",
-          "—", "nc4_s0_refused", ">=", 1, judge_on="point"),
+          "—", "nc4_s0_refused", ">=", 1, judge_on="exact",
+          exact_why="a yes/no check that the policy refuses s = 0: a deterministic code path"),
 )
 
 

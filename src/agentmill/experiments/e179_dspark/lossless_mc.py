@@ -43,9 +43,13 @@ SETUPS = {
 CLAIMS = (
     Claim("E179-T2", "Under load (7 co-batched requests), sampling through every causal policy matches the target: "
           "smallest Holm-adjusted chi-square p-value of length-4 continuations vs the exact joint.",
-          "[P] DSpark App. A", "exact", "t2_min_holm_p", ">=", 1e-3, judge_on="point"),
+          "[P] DSpark App. A", "exact", "t2_min_holm_p", ">=", 1e-3, judge_on="exact",
+          exact_why="a hypothesis test: the smallest Holm-adjusted p-value is the decision statistic, and the "
+                    "sampling noise is already in the test"),
     Claim("E179-T2-power", "Power check: the retrospective search is rejected (its chi-square p-value).",
-          "[R] spec §7 T2", "—", "t2_retro_p", "<=", 1e-6, judge_on="point"),
+          "[R] spec §7 T2", "—", "t2_retro_p", "<=", 1e-6, judge_on="exact",
+          exact_why="a power check: the retrospective search's chi-square p-value is the decision statistic, its "
+                    "sampling noise already in the test"),
 )
 
 
