@@ -25,7 +25,8 @@ from agentmill.cli.main import main  # noqa: E402
 from agentmill.lm.loopback import LoopbackServer  # noqa: E402
 from agentmill.methods.constraint_rot.actors import AlwaysComply, RuleReader  # noqa: E402
 from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard  # noqa: E402
-from tests.methods.constraint_rot.test_organism_train import SPECIAL, ChatMLBytes, tiny_base  # noqa: E402
+from agentmill.methods.constraint_rot.organism.tiny_base import SPECIAL, ChatMLBytes  # noqa: E402
+from tests.methods.constraint_rot.test_organism_train import tiny_base  # noqa: E402
 
 CR = ["constraint-rot"]
 TINY = ["--base", "tiny:organism", "--counter", "whitespace", "--max-length", str(1 << 13)]

@@ -73,19 +73,20 @@ def cmd_list(args: argparse.Namespace) -> int:
                   caption="needs: the extras an experiment runs with ([red]red[/]: not installed here; "
                           "pip install 'agentmill\\[<extra>]'); model experiments also need their --model's backend "
                           "(the default hf:smollm2 needs 'hf')")
-    for col in ("experiment", "needs", "claim", "test", f"verdict ({args.profile})", "title / claim"):
+    for col in ("experiment", "needs", "quick budget", "claim", "test", f"verdict ({args.profile})", "title / claim"):
         table.add_column(col)
     for exp_id, exp in registry().items():
         rec = load_record(Path(args.runs_dir), args.profile, exp_id)
-        table.add_row(f"[bold]{exp_id}[/]", _needs(exp), "", "", "error" if rec and rec.status != "ok" else "",
-                      exp.title)
+        budget = f"{exp.quick_budget_s:g} s" if exp.quick_budget_s is not None else "-"
+        table.add_row(f"[bold]{exp_id}[/]", _needs(exp), budget, "", "",
+                      "error" if rec and rec.status != "ok" else "", exp.title)
         for c in exp.claims:
             v = rec.verdicts.get(c.id, "") if rec and rec.status == "ok" else ""
-            table.add_row("", "", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]",
+            table.add_row("", "", "", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]",
                           c.statement)
     for package, missing in unavailable().items():
         table.add_row(f"[bold]{package.rsplit('.', 1)[1]}/*[/]", ", ".join(f"[red]{m}[/]" for m in missing), "", "",
-                      "", escape(f"{len(paper_modules(package))} experiments, not loaded: "
+                      "", "", escape(f"{len(paper_modules(package))} experiments, not loaded: "
                                  f"pip install 'agentmill[{','.join(missing)}]'"))
     _console().print(table)
     return 0

@@ -4,7 +4,8 @@ Every number an experiment reports is an :class:`Estimate` (a value and a confid
 refuse to call a claim supported when the interval straddles the threshold.
 
 Contents: bootstrap CIs (i.i.d., paired, rate ratio, one-stage :func:`cluster_bootstrap` over a cluster array,
-:func:`two_stage_bootstrap` over rows nested cluster → unit, :func:`percentile_estimate` of any replicates);
+:func:`two_stage_bootstrap` over rows nested cluster → unit, :func:`percentile_estimate` of any replicates); the
+Student-t interval over a few repeats of a timing (:func:`repeats_estimate`);
 binomial intervals (:func:`proportion_estimate`, Wilson; :func:`clopper_pearson`, exact); TOST; rank statistics
 (:func:`auroc`, :func:`spearman`); tests and corrections (:func:`mcnemar_exact`, :func:`holm`,
 :func:`benjamini_hochberg`); the two-way :func:`variance_decomposition`.
@@ -117,6 +118,34 @@ def mean_estimate(samples: Sequence[float] | np.ndarray, *, level: float = 0.95,
                   seed: int = 0) -> Estimate:
     """Mean with a percentile-bootstrap CI."""
     return bootstrap_ci(samples, np.mean, n_boot=n_boot, level=level, seed=seed)
+
+
+def repeats_estimate(samples: Sequence[float] | np.ndarray, *, log: bool = False,
+                     level: float = 0.95) -> Estimate:
+    """Mean of a few independent repeats of a measurement (timing windows, paired A/B repetitions) with a Student-t
+    interval, mean ± t_{n−1}·s/√n; with ``log`` the geometric mean and the t-interval of the logs, mapped back.
+
+    Why not :func:`bootstrap_ci`: a timing can afford 3–5 repeats, and there the percentile bootstrap of the mean is
+    about [min, max] of the repeats (n = 3: every resample's mean lies inside it), which covers far less than its
+    level. The t-interval is wide at small n (t_2 = 4.30) and says so. ``log`` is for ratios and rates, whose noise
+    is multiplicative (a slower window scales every time in it); it needs positive samples. ``n`` is the number of
+    repeats: one repeat gives a zero-width interval with n = 1, which the judge refuses.
+    """
+    a = _check_samples(samples, "samples")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if log and (a <= 0).any():
+        raise ValueError(f"repeats_estimate(log=True) needs positive samples, got min {a.min()}")
+    x = np.log(a) if log else a
+    m = float(x.mean())
+    half = 0.0
+    if a.size > 1:
+        from scipy.stats import t as student_t
+
+        half = float(student_t.ppf(1 - (1 - level) / 2, a.size - 1) * x.std(ddof=1) / math.sqrt(a.size))
+    back = math.exp if log else float
+    return Estimate(back(m), back(m - half), back(m + half), n=int(a.size), level=level,
+                    method="t_log_repeats" if log else "t_repeats")
 
 
 def _check_counts(successes: int, n: int) -> None:

@@ -28,7 +28,8 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
+import os
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -189,6 +190,43 @@ class RunContext:
     data: dict[str, Any] = field(default_factory=dict)
     """Raw series for plots and audit (saved into the run record's ``data``)."""
     lm_loader: Callable[[str], Any] | None = None
+    inputs: dict[str, str] = field(default_factory=dict)
+    """``{path: digest}`` of the artefacts the run was started with (the model's files, ``Experiment.reads``): what
+    :meth:`shared_work_dir` checks another experiment's checkpoints against."""
+    artefacts: dict[str, str] = field(default_factory=dict)
+    """``{path: digest}`` of the artefacts ``measure`` declared with :meth:`read_artefact`; the run record keeps them
+    and resume reruns when one has changed."""
+    on_artefact: Callable[[Mapping[str, str]], None] | None = None
+    """Called with :attr:`artefacts` after each declaration (the runner stamps the work dir with them at once, so an
+    interrupted run's checkpoints are not reused after the artefact changes)."""
+
+    def read_artefact(self, *paths: str | os.PathLike[str]) -> None:
+        """Declare that the result depends on the content of ``paths``: artefacts found only while measuring (an
+        adapter whose content address comes from the SFT data), where ``Experiment.reads`` cannot name them.
+        Declare the weights, not files the run itself updates (a validation card), or every run invalidates
+        itself."""
+        from agentmill.core.digest import digests
+
+        self.artefacts.update(digests(paths))
+        if self.on_artefact is not None:
+            self.on_artefact(self.artefacts)
+
+    def shared_work_dir(self, exp_id: str) -> Path:
+        """The work dir of experiment ``exp_id`` (beside this one), to reuse the checkpoints it keeps there (E162's
+        tree_llm samples its calibration pool where collapse_llm keeps it). Its checkpoints are used only when they
+        were made from this run's :attr:`inputs` (:func:`stale_work_dir`); otherwise ``<work dir>/<exp_id>`` holds
+        this run's own, so neither experiment reads checkpoints of another model's bytes. Stamped like the runner
+        stamps a work dir, so ``exp_id``'s own run can tell what they were made from."""
+        from agentmill import __version__
+
+        shared = self.work_dir.parent / exp_id
+        checkpoints = has_checkpoints(shared)
+        if checkpoints and stale_work_dir(shared, __version__) is not None:
+            shared = self.work_dir / exp_id
+            checkpoints = has_checkpoints(shared)
+        shared.mkdir(parents=True, exist_ok=True)
+        stamp_work_dir(shared, self.inputs, __version__, fresh=not checkpoints)
+        return shared
 
     def load_lm(self, spec: str | None = None) -> Any:
         """Load (and cache per process) the model named by ``spec`` or the run's model."""
@@ -198,6 +236,69 @@ class RunContext:
         from agentmill.lm import load_lm
 
         return load_lm(spec)
+
+
+WORK_INPUTS = ".inputs.json"
+"""A work dir's note of what its checkpoints were made from: ``{"agentmill": version, "artefacts": {path:
+digest}}``, every artefact any run in it read (``runner.run_experiment`` writes it)."""
+
+
+def recorded_digests(obj: Any) -> dict[str, str] | None:
+    """``obj`` if it is a ``{path: digest}`` mapping of strings (as a record or a work dir keeps it), else None."""
+    if isinstance(obj, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+        return obj
+    return None
+
+
+def artefacts_changed(recorded: Mapping[str, str]) -> list[str]:
+    """The paths of ``recorded`` whose content changed since (``core.digest.changed``), leaving out the ``<reads>``
+    entry that holds why the artefacts could not be named (``runner.read_artefacts``)."""
+    from agentmill.core.digest import changed
+
+    return changed({k: v for k, v in recorded.items() if k != "<reads>"})
+
+
+def has_checkpoints(work_dir: Path) -> bool:
+    """Whether ``work_dir`` holds anything besides its :data:`WORK_INPUTS` note."""
+    return work_dir.is_dir() and any(p.name != WORK_INPUTS for p in work_dir.iterdir())
+
+
+def stale_work_dir(work_dir: Path, version: str) -> str | None:
+    """Why the checkpoints in ``work_dir`` must not be reused, or None: made by another ``version``, from an
+    artefact whose content has changed since, or of unknown inputs (no readable :data:`WORK_INPUTS`)."""
+    try:
+        note = json.loads((work_dir / WORK_INPUTS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {WORK_INPUTS}: the inputs they were made from are unknown"
+    except (OSError, ValueError) as e:
+        return f"{WORK_INPUTS} is unreadable ({type(e).__name__})"
+    recorded = recorded_digests(note.get("artefacts")) if isinstance(note, dict) else None
+    if recorded is None:
+        return f"{WORK_INPUTS} is malformed"
+    if note.get("agentmill") != version:
+        return f"made by agentmill {note.get('agentmill')}, this is {version}"
+    changed = artefacts_changed(recorded)
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        return f"{changed[0]}{more} changed since they were made"
+    return None
+
+
+def stamp_work_dir(work_dir: Path, artefacts: Mapping[str, str], version: str, *, fresh: bool = False) -> None:
+    """Add ``artefacts`` to ``work_dir``'s :data:`WORK_INPUTS`. The digests of earlier runs in it are kept (their
+    checkpoints are dropped too when one of their artefacts changes) unless ``fresh``: no checkpoints to describe."""
+    from agentmill.core.records import write_text_atomic
+
+    recorded = None
+    if not fresh:
+        try:
+            note = json.loads((work_dir / WORK_INPUTS).read_text(encoding="utf-8"))
+            recorded = recorded_digests(note.get("artefacts")) if note.get("agentmill") == version else None
+        except (OSError, ValueError, AttributeError):
+            pass
+    merged = {**(recorded or {}), **artefacts}
+    write_text_atomic(work_dir / WORK_INPUTS, json.dumps({"agentmill": version, "artefacts": merged}, indent=1,
+                                                         sort_keys=True))
 
 
 Measure = Callable[[Any, RunContext], Mapping[str, Estimate]]
@@ -228,6 +329,15 @@ class Experiment:
     plots: Plotter | None = None
     version: str = "1"
     parallel_safe: bool = False
+    quick_budget_s: float | None = None
+    """Wall seconds this experiment may take at the quick profile on 2 cores (the main job's share: about a minute
+    per paper, ARCHITECTURE.md §4); ``agentmill list`` shows it and a suite warns when a run takes over twice it."""
+    reads: Callable[[Any, str | None], Sequence[Path]] | None = None
+    """``reads(setup, model)``: the files and folders the run reads whose content its result depends on (a trained
+    drafter, a data fixture, a model named in the setup; ``--model``'s own files count without being listed, see
+    ``runner.read_artefacts``). Their digests enter :func:`setup_hash`, so an artefact retrained in place makes resume
+    rerun instead of reusing a record computed from its old bytes. One found only while measuring (a content-addressed
+    adapter) is declared with :meth:`RunContext.read_artefact` instead."""
 
     def __post_init__(self) -> None:
         missing = [p for p in PROFILES if p not in self.setups]
@@ -368,7 +478,28 @@ def _coerce(raw: str, current: Any, key: str) -> Any:
     raise ValueError(f"--set {key}: fields of type {type(current).__name__} cannot be set from the command line")
 
 
-def setup_hash(setup: Any, model: str | None) -> str:
-    """Stable hash of a setup (and model) so resume can tell whether a stored record is for the same run."""
-    blob = json.dumps({"setup": dataclasses.asdict(setup), "model": model}, sort_keys=True, default=str)
+def models_read(*fields: str) -> Callable[[Any, str | None], list[Path]]:
+    """``Experiment.reads`` of an experiment whose setup names the models it loads in ``fields`` (specs such as
+    ``hf:smollm2``): their weight files (``lm.model_files``), so a GGUF replaced under the same spec reruns it."""
+
+    def reads(setup: Any, model: str | None) -> list[Path]:
+        from agentmill.lm import model_files
+
+        return [p for name in fields for p in model_files(getattr(setup, name))]
+
+    return reads
+
+
+def setup_hash(setup: Any, model: str | None, artefacts: Mapping[str, str] | None = None,
+               version: str | None = None) -> str:
+    """Stable hash of what a run's result depends on, so resume can tell whether a stored record is for the same
+    run: the setup, the model spec, the content of the artefacts it reads (``{path: digest}``,
+    ``core.digest.digests``) and the package version. Only the digests enter, not the paths: the same bytes read from
+    another checkout give the same result."""
+    inputs: dict[str, Any] = {"setup": dataclasses.asdict(setup), "model": model}
+    if artefacts is not None:
+        inputs["artefacts"] = sorted(artefacts.values())
+    if version is not None:
+        inputs["version"] = version
+    blob = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

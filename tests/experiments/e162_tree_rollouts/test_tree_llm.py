@@ -6,11 +6,12 @@ import json
 
 import pytest
 
+from agentmill import __version__
 from agentmill.core.executor import make_executor
 from agentmill.envs.arithmetic import make_pool
 from agentmill.experiments import get
 from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, checkpoint_path
-from agentmill.experiments.protocol import RunContext
+from agentmill.experiments.protocol import RunContext, stamp_work_dir
 from agentmill.lm import load_lm
 
 pytest.importorskip("torch")
@@ -41,10 +42,12 @@ def _ctx(tmp_path, lm, profile="smoke"):
 
 def _write_calibration(tmp_path, setup, rates):
     """A pre-existing e162.collapse_llm checkpoint: the experiment must reuse it, not resample."""
+    assert len(rates) == setup.calib_prompts  # a row short would be sampled by the run
     r2_setup = PoolSpec(prompts=setup.calib_prompts, samples=setup.calib_samples, max_new_tokens=setup.max_new_tokens,
                         temperature=setup.temperature, seed=setup.seed)
     ctx = RunContext(profile="smoke", model="scripted:whitebox", executor=None, work_dir=tmp_path / "e162.collapse_llm")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    stamp_work_dir(ctx.work_dir, {}, __version__)  # made from this run's inputs (a scripted model reads no file)
     path = checkpoint_path(r2_setup, ctx)
     with open(path, "w") as f:
         for t, k in zip(make_pool(setup.calib_prompts, setup.seed), rates):
@@ -56,7 +59,7 @@ def _write_calibration(tmp_path, setup, rates):
 def test_smoke_runs_reuses_calibration_and_plots(tmp_path) -> None:
     exp = get("e162.tree_llm")
     setup = exp.setups["smoke"]
-    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2])   # hard: ids 0, 2, 5 ...; lake: 1, 3, 6
+    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2] + [0] * 8)   # hard: ids 0, 2, ...; lake: 1, 3, 6
     lm = CountingWhiteBox()
     ctx = _ctx(tmp_path, lm)
     m = exp.measure(setup, ctx)
@@ -77,7 +80,7 @@ def test_smoke_runs_reuses_calibration_and_plots(tmp_path) -> None:
 def test_interrupted_run_resumes_per_tree(tmp_path) -> None:
     exp = get("e162.tree_llm")
     setup = exp.setups["smoke"]
-    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2])
+    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2] + [0] * 8)
     with pytest.raises(KeyboardInterrupt):
         exp.measure(setup, _ctx(tmp_path, CountingWhiteBox(fail_after=4)))
     lm = CountingWhiteBox()
@@ -89,6 +92,28 @@ def test_interrupted_run_resumes_per_tree(tmp_path) -> None:
 def test_too_few_hard_prompts_is_a_clear_error(tmp_path) -> None:
     exp = get("e162.tree_llm")
     setup = exp.setups["smoke"]
-    _write_calibration(tmp_path, setup, [0] * 8)
+    _write_calibration(tmp_path, setup, [0] * 16)
     with pytest.raises(ValueError, match="hard prompts"):
         exp.measure(setup, _ctx(tmp_path, CountingWhiteBox()))
+
+
+def test_only_the_smoke_setup_widens_the_hard_cut(tmp_path) -> None:
+    """Quick and full pick hard prompts by the spec's 0 < p̂ <= 0.25; the smoke setup (a SmokeSetup, so the other
+    setups keep their fields and hashes) takes every prompt solved at least once."""
+    import dataclasses
+
+    from agentmill.experiments.e162_tree_rollouts.tree_llm import HARD_MAX, Setup, SmokeSetup
+
+    exp = get("e162.tree_llm")
+    smoke = exp.setups["smoke"]
+    assert isinstance(smoke, SmokeSetup) and smoke.hard_max > HARD_MAX == 0.25
+    assert type(exp.setups["quick"]) is type(exp.setups["full"]) is Setup
+    spec_cut = Setup(**{f.name: getattr(smoke, f.name) for f in dataclasses.fields(Setup)})
+    ids = [t.prompt_id for t in make_pool(smoke.calib_prompts, smoke.seed)]
+    picked = {}
+    for name, setup in (("smoke", smoke), ("spec", spec_cut)):
+        _write_calibration(tmp_path / name, setup, [4, 0, 2, 0, 1, 3, 0, 1] + [0] * 8)  # p̂ 1 0 .5 0 .25 .75 0 .25
+        ctx = _ctx(tmp_path / name, CountingWhiteBox())
+        exp.measure(setup, ctx)
+        picked[name] = ctx.data["hard"]
+    assert picked == {"smoke": [ids[0], ids[2]], "spec": [ids[4], ids[7]]}

@@ -1,8 +1,9 @@
 """e164.constraint_rot_crossing: the profiles' adapter address (the η² decomposition itself is tested in
-tests/methods/constraint_rot/test_crossing.py), and (slow) the smoke run with the organism tests' tiny random Llama as base and a scripted summariser injected
-through ``lm_loader`` (the organism experiment's smoke pattern). The tiny model is untrained noise: what the smoke
-checks is the plumbing — identical inputs for every actor, one summary per (episode, summariser), a complete
-V[s][a], and that an unvalidated organism withholds the claim ("precondition not met")."""
+tests/methods/constraint_rot/test_crossing.py), and (slow) the smoke run as the CLI runs it: the ``tiny:organism`` base
+built into the work dir and the ``scripted:constant`` summariser (the organism experiment's smoke models). The tiny
+model is untrained noise: what the smoke checks is the plumbing — identical inputs for every actor, one summary per
+(episode, summariser), a complete V[s][a], and that an unvalidated organism withholds the claim ("precondition not
+met")."""
 
 from __future__ import annotations
 
@@ -60,26 +61,13 @@ def test_too_few_llm_styles_is_an_error(tmp_path: Path) -> None:
 
 
 # -- smoke run -----------------------------------------------------------------------------------------------------
-def _loader(spec: str):  # type: ignore[no-untyped-def]
-    from agentmill.lm.scripted import ScriptedLM
-    from tests.methods.constraint_rot.test_organism_train import tiny_base
-
-    if spec == "tiny:organism":  # byte tokens: episodes are long; RoPE has no learned positions to outgrow
-        b = tiny_base()
-        b.model.config.max_position_embeddings = 1 << 15
-        return b
-    if spec == "scripted:summary":
-        return ScriptedLM(lambda text: "The user is triaging tickets and mail; the work so far is done.")
-    raise AssertionError(f"unexpected spec {spec!r}")
-
-
 @pytest.mark.slow
 def test_smoke_crossing_and_unvalidated_organism_withholds_the_claim(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("peft")
     exp = get(EXP_ID)
     s = exp.setup_for("smoke")
-    ctx = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=_loader)
+    ctx = RunContext("smoke", "none", None, tmp_path / "work")
     m = exp.measure(s, ctx)
     assert set(exp.judge("smoke", m).values()) == {"not_judged"}
     assert not set(CLAIM_METRICS) & set(m) and "eta_margin_observed" in m
@@ -101,7 +89,7 @@ def test_smoke_crossing_and_unvalidated_organism_withholds_the_claim(tmp_path: P
 
     # judged, same work dir: the cached adapter and its card's validation are reused; the random tiny organism
     # fails a gate, so the matrix is recorded but CR-10a is withheld (inconclusive), never judged
-    ctx2 = RunContext("quick", "none", None, tmp_path / "work", lm_loader=_loader)
+    ctx2 = RunContext("quick", "none", None, tmp_path / "work")
     m2 = exp.measure(dataclasses.replace(s, judged=True), ctx2)
     assert ctx2.data["validation"]["trained_now"] is False and ctx2.data["validation"]["reused"] is True
     assert ctx2.data["precondition"].startswith("precondition not met")
@@ -117,6 +105,7 @@ def test_quick_plans_the_organism_experiments_adapter_without_training(tmp_path:
     pytest.importorskip("torch")
     pytest.importorskip("peft")
     import agentmill.methods.constraint_rot.organism.train as train
+    from agentmill.lm import load_lm
 
     def refuse(*a, **k):  # type: ignore[no-untyped-def]  # planning must never train
         raise AssertionError("plan_only trained")
@@ -125,18 +114,18 @@ def test_quick_plans_the_organism_experiments_adapter_without_training(tmp_path:
 
     def loader(spec: str):  # type: ignore[no-untyped-def]
         asked.append(spec)
-        return _loader(spec)
+        return load_lm(spec)
     exp, org = get(EXP_ID), get("e164.constraint_rot_organism")
     s = dataclasses.replace(exp.setup_for("smoke"), plan_only=True)
     ctx = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=loader)
     m = exp.measure(s, ctx)
-    assert "scripted:summary" not in asked  # no summariser, no decoding
+    assert asked == []  # no summariser, no decoding (the tiny base is built, not asked for)
     assert not set(CLAIM_METRICS) & set(m) and not any(k.endswith("_observed") for k in m)
     assert m["sft_examples"].value == s.n_train and m["adapter_cached"].value == 0
     assert "--profile full" in ctx.data["plan_only"] and "crossing" not in ctx.data
     assert set(exp.judge("smoke", m).values()) == {"not_judged"}
     assert exp.judge("quick", m) == {"CR-10a": "inconclusive"}
     # the very address the organism experiment plans (and its full profile trains) for the same recipe
-    octx = RunContext("smoke", "none", None, tmp_path / "org", lm_loader=_loader)
+    octx = RunContext("smoke", "none", None, tmp_path / "org")
     org.measure(dataclasses.replace(org.setup_for("smoke"), plan_only=True), octx)
     assert ctx.data["adapter"]["key"] == octx.data["adapter"]["key"]

@@ -177,18 +177,18 @@ def test_quick_runs_the_model_free_arm_only(tmp_path: Path, monkeypatch: pytest.
 
 @pytest.mark.slow
 def test_model_arm_smoke_with_the_tiny_organism(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole model arm with the organism tests' tiny random Llama (via ``lm_loader``) and a scripted summariser:
-    adapter trained into the work dir, numbers stamped ``*_observed``; then, with the organism profile judged and
-    unvalidated organisms refused, the random organism's failed gate withholds the organism claims."""
+    """The whole model arm on the organism experiment's smoke models (the ``tiny:organism`` base it builds itself)
+    and a scripted summariser: adapter trained into the work dir, numbers stamped ``*_observed``; then, with the
+    organism profile judged and unvalidated organisms refused, the random organism's failed gate withholds the
+    organism claims."""
     pytest.importorskip("peft")
     from dataclasses import replace
 
     from agentmill.experiments.e164_constraint_rot import organism as org
-    from tests.experiments.e164_constraint_rot.test_organism import loader
 
     exp = get(EXP_ID)
-    s = replace(exp.setup_for("smoke"), organism_profile="smoke", summariser="scripted:summary")
-    ctx = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=loader)
+    s = replace(exp.setup_for("smoke"), organism_profile="smoke", summariser="scripted:constant")
+    ctx = RunContext("smoke", "none", None, tmp_path / "work")
     m = exp.measure(s, ctx)
     assert ctx.data["organism"]["trained_now"] is True
     for name in ORGANISM_METRICS:
@@ -199,7 +199,7 @@ def test_model_arm_smoke_with_the_tiny_organism(tmp_path: Path, monkeypatch: pyt
     assert set(ctx.data["organism_arm_table"]) == {"organism/full", "organism/summarised", "organism/pinned"}
 
     monkeypatch.setitem(org.SETUPS, "smoke", replace(org.SETUPS["smoke"], judged=True, allow_unvalidated=False))
-    ctx2 = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=loader)
+    ctx2 = RunContext("smoke", "none", None, tmp_path / "work")
     m2 = exp.measure(s, ctx2)
     assert ctx2.data["organism"]["trained_now"] is False  # the same content-addressed adapter
     assert ctx2.data["precondition"].startswith("precondition not met")

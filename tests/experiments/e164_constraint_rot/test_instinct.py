@@ -1,6 +1,6 @@
 """e164.constraint_rot_instinct (CR-7): the soft/hard contrast on scripted rows small enough to check by hand, the
-claims' wiring to prereg.yaml, the shared adapter recipe, and a smoke run of both organisms on the organism tests'
-tiny random Llama (numbers meaningless; plumbing checked)."""
+claims' wiring to prereg.yaml, the shared adapter recipe, and a smoke run of both organisms on the ``tiny:organism``
+base the run builds itself, nothing injected (numbers meaningless; plumbing checked)."""
 
 from __future__ import annotations
 
@@ -177,11 +177,9 @@ def test_claims_come_from_prereg_and_the_adapter_recipe_is_the_organism_experime
 def test_smoke_runs_both_organisms_on_one_grid(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from tests.experiments.e164_constraint_rot.test_organism import loader
-
     exp = get(EXP_ID)
     s = exp.setup_for("smoke")
-    ctx = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=loader)
+    ctx = RunContext("smoke", "none", None, tmp_path / "work")
     m = exp.measure(s, ctx)
     assert set(exp.judge("smoke", m).values()) == {"not_judged"}
     assert not set(CLAIM_METRICS) & set(m)
@@ -211,7 +209,7 @@ def test_quick_plans_both_organisms_without_training(tmp_path: Path, monkeypatch
     import dataclasses
 
     import agentmill.methods.constraint_rot.organism.train as train
-    from tests.experiments.e164_constraint_rot.test_organism import loader
+    from agentmill.lm import load_lm
 
     def refuse(*a: Any, **k: Any) -> None:  # planning must never train
         raise AssertionError("plan_only trained")
@@ -220,18 +218,18 @@ def test_quick_plans_both_organisms_without_training(tmp_path: Path, monkeypatch
 
     def spy(spec: str) -> Any:
         asked.append(spec)
-        return loader(spec)
+        return load_lm(spec)
     exp, org = get(EXP_ID), get("e164.constraint_rot_organism")
     s = dataclasses.replace(exp.setup_for("smoke"), plan_only=True)
     ctx = RunContext("smoke", "none", None, tmp_path / "work", lm_loader=spy)
     m = exp.measure(s, ctx)
-    assert "scripted:summary" not in asked
+    assert asked == []  # no summariser (the tiny base is built, not asked for)
     assert not set(CLAIM_METRICS) & set(m) and not any(k.endswith("_observed") for k in m)
     for tag in ("", "instinct_"):
         assert m[f"{tag}sft_examples"].value == s.n_train and m[f"{tag}adapter_cached"].value == 0
     assert ctx.data["adapter"]["key"] != ctx.data["instinct_adapter"]["key"]
     assert "no_prior" not in ctx.data and "instinct" not in ctx.data  # no grid, no validation
     assert set(exp.judge("quick", m).values()) == {"inconclusive"}
-    octx = RunContext("smoke", "none", None, tmp_path / "org", lm_loader=loader)
+    octx = RunContext("smoke", "none", None, tmp_path / "org")
     org.measure(dataclasses.replace(org.setup_for("smoke"), plan_only=True), octx)
     assert ctx.data["adapter"]["key"] == octx.data["adapter"]["key"]  # the organism experiment's adapter

@@ -1,6 +1,6 @@
-"""e164.constraint_rot_organism at the smoke profile, without SmolLM2: the organism tests' tiny random Llama is the
-base (injected through the run context's ``lm_loader``) and a scripted LM summarises. The tiny model is untrained
-noise, so the numbers mean nothing; what is checked is the plumbing: the adapter is trained once into a
+"""e164.constraint_rot_organism at the smoke profile, without SmolLM2 and with nothing injected (as the CLI runs it):
+the ``tiny:organism`` base the run builds into its work dir and ``scripted:constant`` summarising. The tiny model is
+untrained noise, so the numbers mean nothing; what is checked is the plumbing: the adapter is trained once into a
 content-addressed directory and reused, the gates are recorded, the grid covers every condition × compactor,
 LLM summaries go through the cache, unjudged metrics are renamed, and a failed gate withholds every later claim."""
 
@@ -17,25 +17,13 @@ pytest.importorskip("peft")
 from agentmill.experiments import get  # noqa: E402
 from agentmill.experiments.e164_constraint_rot.organism import CLAIM_METRICS  # noqa: E402
 from agentmill.experiments.protocol import RunContext  # noqa: E402
-from agentmill.lm.scripted import ScriptedLM  # noqa: E402
 from agentmill.methods.constraint_rot.organism.cache import adapter_key  # noqa: E402
-from tests.methods.constraint_rot.test_organism_train import tiny_base  # noqa: E402
 
 EXP_ID = "e164.constraint_rot_organism"
 
 
-def loader(spec: str):  # type: ignore[no-untyped-def]
-    if spec == "tiny:organism":  # byte tokens: episodes are ~6k long; RoPE has no learned positions to outgrow
-        b = tiny_base()
-        b.model.config.max_position_embeddings = 1 << 15
-        return b
-    if spec == "scripted:summary":
-        return ScriptedLM(lambda text: "The user is triaging tickets and mail; the work so far is done.")
-    raise AssertionError(f"unexpected spec {spec!r}")
-
-
 def _ctx(tmp_path: Path) -> RunContext:
-    return RunContext("smoke", "none", None, tmp_path / "work", lm_loader=loader)
+    return RunContext("smoke", "none", None, tmp_path / "work")
 
 
 @pytest.mark.slow
@@ -114,7 +102,20 @@ def test_non_hf_base_needs_a_loader(tmp_path: Path) -> None:
     from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory
 
     with pytest.raises(ValueError, match="lm_loader"):
-        base_factory("tiny:organism", RunContext("smoke", "none", None, tmp_path))
+        base_factory("tiny:elsewhere", RunContext("smoke", "none", None, tmp_path))
+
+
+def test_the_smoke_base_is_built_into_the_work_dir_without_a_loader(tmp_path: Path) -> None:
+    """``tiny:organism`` needs nothing injected: the first load builds it in the run's work dir, later loads (and
+    another run's fresh build) read the same weights, so an adapter trained on one load fits the next."""
+    from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory
+
+    load = base_factory("tiny:organism", RunContext("smoke", "none", None, tmp_path / "a"))
+    first, again = load(), load()
+    assert (tmp_path / "a" / "tiny-base" / "model.safetensors").exists()
+    assert first.model is not again.model  # fresh each time: training edits the model in place
+    other = base_factory("tiny:organism", RunContext("smoke", "none", None, tmp_path / "b"))()
+    assert first.sha256 == again.sha256 == other.sha256 and first.spec == "tiny:organism"
 
 
 def test_quick_plans_without_training_and_full_runs_the_organism() -> None:

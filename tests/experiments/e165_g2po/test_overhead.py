@@ -19,6 +19,11 @@ def test_smoke_record_shape(tmp_path) -> None:
     assert m["keydoor_steps_per_s"].value > 0 and m["gigpo_ref_max_abs_diff"].value < 1e-12
     assert {"g2po_ms_per_1k_max", "g2po_linearity", "gigpo_speedup_vs_loop", "keydoor_overhead_ratio"} <= set(m)
     assert "tw_overhead_ratio" not in m  # smoke skips TextWorld
+    # every timing is judged over repetitions (issue 24): one value per repetition behind each interval
+    assert all(m[k].n == 2 and m[k].method == "t_log_repeats" for k in ("keydoor_steps_per_s", "g2po_ms_per_1k_max",
+                                                                         "g2po_linearity", "gigpo_speedup_vs_loop",
+                                                                         "keydoor_overhead_ratio"))
+    assert len(rec.data["perf2"]["ms_per_1k_per_rep"]) == 2 and len(rec.data["perf3"]["ref_s"]) == 2
     assert exp.plots(rec.data, tmp_path)[0].stat().st_size > 5000
 
 

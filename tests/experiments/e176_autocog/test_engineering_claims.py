@@ -96,6 +96,20 @@ def test_browser_smoke(tmp_path) -> None:
     assert len(exp.plots(ctx.data, tmp_path)) == 3  # timeline + consent and trial screenshots
 
 
+def test_browser_without_chromium_is_not_judged_with_the_install_line(tmp_path, monkeypatch) -> None:
+    """No Chromium: nothing measured, so the claim says why (``make browser-deps``) instead of NaN → inconclusive."""
+    from agentmill.experiments.e176_autocog.browser import CHROMIUM_MISSING
+    from agentmill.methods.autocog.web import browserbot
+
+    monkeypatch.setattr(browserbot.shutil, "which", lambda name: None if name == "chromium" else f"/usr/bin/{name}")
+    exp = get("e176.browser")
+    ctx = _ctx(tmp_path, "quick")
+    m = exp.measure(exp.setups["quick"], ctx)
+    assert m == {}  # no browser session: nothing to record, not even a NaN
+    assert exp.judge_with_reasons("quick", m, ctx.data) == ({"E176-AC9": "not_judged"}, {"E176-AC9": CHROMIUM_MISSING})
+    assert CHROMIUM_MISSING == "skipped: Chromium not installed (`make browser-deps`)"
+
+
 def test_browser_judge_fails_on_one_failed_check() -> None:
     from agentmill.core.stats import Estimate
 

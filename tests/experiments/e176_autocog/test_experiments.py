@@ -65,12 +65,3 @@ def test_recovery_smoke(tmp_path) -> None:
     assert 0 <= run["jsd_static_floor"] <= run["jsd_static"] + 1 and len(run["props_surfaced"]) == 40
     assert "ac7_mean_jsd_sequence" in m and "prospective" in run
     assert len(exp.plots(ctx.data, tmp_path)) == 3
-
-
-def test_scoring_smoke(tmp_path) -> None:
-    exp = get("e176.scoring")
-    ctx = _ctx(tmp_path)
-    m = exp.measure(exp.setups["smoke"], ctx)
-    r = ctx.data["runs"][0]
-    assert r["gt"] == "ttb" and len(r["ranks"]) == 2 and m["ac6_truth_rank1_share"].value in (0.0, 1.0)
-    assert len(exp.plots(ctx.data, tmp_path)) == 1

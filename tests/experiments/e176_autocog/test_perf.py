@@ -128,16 +128,38 @@ def test_in_process_arm_equals_sandbox() -> None:
     assert np.abs(p1 - p2).max() < 1e-12 and (r1 == r2).all()
 
 
+def _around(v: float, rel: float = 0.05) -> Estimate:
+    """An interval over repeats around ``v`` (the timing claims are judged on intervals, issue 24)."""
+    return Estimate(v, v * (1 - rel), v * (1 + rel), n=5, method="t_repeats")
+
+
 def test_judge_can_fail() -> None:
     exp = get("e176.perf")
-    good = {"p1_speedup_min": 25.0, "p1_pairs_outside_mc": 0.0, "p2_warm_ratio": 1.2, "p2_cold_start_s": 0.3,
-            "p3_round_cpu_s": 10.0, "p4_put_p95_ms": 12.0, "p4_put_p95_over_raw": 3.0, "p4_put_per_s": 200.0}
-    m = {k: Estimate.exact(v) for k, v in good.items()}
+    good = {"p1_speedup_min": 25.0, "p2_warm_ratio": 1.2, "p2_cold_start_s": 0.3, "p3_round_cpu_s": 10.0,
+            "p4_put_p95_ms": 12.0, "p4_put_p95_over_raw": 3.0, "p4_put_per_s": 200.0}
+    m = {k: _around(v) for k, v in good.items()} | {"p1_pairs_outside_mc": Estimate.exact(0.0)}
     assert set(exp.judge("quick", m).values()) == {"supported"}
-    bad = dict(m, p1_speedup_min=Estimate.exact(19.0), p4_put_per_s=Estimate.exact(149.0))
+    bad = dict(m, p1_speedup_min=_around(18.0), p4_put_per_s=_around(140.0))
     v = exp.judge("quick", bad)
     assert v["E176-P1"] == v["E176-P4-rate"] == "not_supported" and v["E176-P2-warm"] == "supported"
+    straddles = dict(m, p4_put_per_s=_around(150.0))
+    assert exp.judge("quick", straddles)["E176-P4-rate"] == "inconclusive"
+    one_window = dict(m, p4_put_per_s=Estimate.exact(200.0, n=1))  # one timing is never a verdict
+    assert exp.judge("quick", one_window)["E176-P4-rate"] == "inconclusive"
     assert set(exp.judge("smoke", m).values()) == {"not_judged"}
+
+
+def test_latency_estimates_resample_paired_blocks() -> None:
+    """Two blocks of 2: p95 of PUT and of raw over the chosen blocks; a bootstrap that keeps each PUT block with its
+    raw block. Doubling every PUT time doubles the ratio's point and both ends exactly."""
+    put, raw = [0.001, 0.002, 0.003, 0.004], [0.001, 0.001, 0.002, 0.002]
+    p95, ratio = E.latency_estimates(put, raw, 2, n_boot=200)
+    assert p95.value == pytest.approx(np.percentile([1, 2, 3, 4], 95)) and p95.n == 2
+    assert ratio.value == pytest.approx(np.percentile([1, 2, 3, 4], 95) / np.percentile([1, 1, 2, 2], 95))
+    _, twice = E.latency_estimates([2 * x for x in put], raw, 2, n_boot=200)
+    assert (twice.value, twice.lo, twice.hi) == pytest.approx((2 * ratio.value, 2 * ratio.lo, 2 * ratio.hi))
+    with pytest.raises(ValueError, match="whole blocks"):
+        E.latency_estimates(put[:3], raw[:3], 2)
 
 
 @pytest.mark.slow
@@ -145,13 +167,19 @@ def test_perf_smoke(tmp_path) -> None:
     exp = get("e176.perf")
     ctx = RunContext(profile="smoke", model="none", executor=make_executor("serial"), work_dir=tmp_path)
     m = exp.measure(exp.setups["smoke"], ctx)
-    assert {c.metric for c in exp.claims} <= set(m)
+    assert {c.metric for c in exp.claims} - {"p3_round_cpu_s"} <= set(m)
     assert m["p1_crn_max_abs_dp"].value < 1e-12 and m["p2_max_abs_dp"].value < 1e-12
     assert all(r["crn_choice_agreement"] == 1.0 for r in ctx.data["p1"]["rules"].values())
     assert ctx.data["p2"]["choices_equal"]
-    p3 = ctx.data["p3"]
-    assert p3["n_observations"] == 4 and p3["n_candidates"] == 4 and p3["backfill_predictions"] > 0
+    rounds = ctx.data["p3"]["rounds"]
+    assert len(rounds) == 2 and all(r["n_observations"] == 4 and r["n_candidates"] == 4 for r in rounds)
+    assert rounds[0]["backfill_predictions"] > 0
+    # 2 rounds: an interval, but not the 3 the claim needs, so the round is recorded and not judged
+    assert "p3_round_cpu_s" not in m and m["p3_round_cpu_s_observed"].n == 2
+    verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
+    assert verdicts["E176-P3"] == "not_judged" and "the full profile" in reasons["E176-P3"]
     p4 = ctx.data["p4"]
-    assert p4["put_status"] == {200: 6} and p4["thr_acked"] == p4["thr_expected"] == 12 and not p4["thr_errors"]
+    assert p4["put_status"] == {200: 6} and p4["thr_acked"] == p4["thr_expected"] == 24 and not p4["thr_errors"]
+    assert len(p4["thr_runs"]) == 2 and m["p4_put_per_s"].n == 2 and m["p4_put_p95_over_raw"].n == 2
     assert len(ctx.data["load_start"]) == 3 and all(len(ctx.data[k]["load_start"]) == 3 for k in ("p1", "p2", "p3"))
     assert len(exp.plots(ctx.data, tmp_path)) == 1

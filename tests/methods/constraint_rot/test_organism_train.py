@@ -6,7 +6,6 @@ adapter's logits, out_dir is never overwritten, a foreign base digest is refused
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import pytest
@@ -17,39 +16,11 @@ pytest.importorskip("peft")
 
 from agentmill.methods.constraint_rot.actors.organism import OrganismActor, OrganismMismatch  # noqa: E402
 from agentmill.methods.constraint_rot.organism.data import SFTExample  # noqa: E402
+from agentmill.methods.constraint_rot.organism.tiny_base import PAD, ChatMLBytes  # noqa: E402
 from agentmill.methods.constraint_rot.organism.train import (Base, LoraCfg, OrganismCard, encode_example,  # noqa: E402
                                                              prompt_ids, train_organism)
 
-SPECIAL = {"<|im_start|>": 256, "<|im_end|>": 257}
-PAD = 258
 SHA = "a" * 64
-
-
-class ChatMLBytes:
-    """Bytes plus <|im_start|>/<|im_end|>: the tokenizer surface the organism uses (chat template, encode)."""
-
-    chat_template = "chatml"
-    eos_token_id, pad_token_id, unk_token_id = 257, PAD, None
-
-    def encode(self, text, add_special_tokens=False):  # type: ignore[no-untyped-def]
-        out = []
-        for part in re.split(r"(<\|im_start\|>|<\|im_end\|>)", text):
-            out += [SPECIAL[part]] if part in SPECIAL else list(part.encode())
-        return out
-
-    def __call__(self, text, add_special_tokens=False):  # type: ignore[no-untyped-def]
-        return {"input_ids": self.encode(text)}
-
-    def decode(self, ids, skip_special_tokens=True):  # type: ignore[no-untyped-def]
-        return bytes(i for i in ids if i < 256).decode(errors="replace")
-
-    def convert_tokens_to_ids(self, token):  # type: ignore[no-untyped-def]
-        return SPECIAL.get(token)
-
-    def apply_chat_template(self, msgs, add_generation_prompt=True, tokenize=True):  # type: ignore
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
-        text += "<|im_start|>assistant\n" if add_generation_prompt else ""
-        return self.encode(text) if tokenize else text
 
 
 def tiny_base(seed: int = 0, sha: str = SHA) -> Base:

@@ -202,6 +202,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.collapse_law",
+    quick_budget_s=5,
     parallel_safe=True,
     title="E162 collapse law: closed form, budget vs hardness, the empty-lake plateau",
     paper=PAPER,

@@ -277,6 +277,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.collapse_llm",
+    quick_budget_s=180,
     title="E162 collapse law on a real LM: a fitted pool prior predicts fresh samples",
     paper=PAPER,
     claims=CLAIMS,

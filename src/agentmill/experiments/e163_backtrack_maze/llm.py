@@ -113,6 +113,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e163.maze_llm",
+    quick_budget_s=120,
     title="E163 text maze on a real LM: does SFT on golden paths teach backtracking?",
     paper=PAPER,
     claims=CLAIMS,

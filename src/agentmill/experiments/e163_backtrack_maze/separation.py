@@ -358,6 +358,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e163.maze_separation",
+    quick_budget_s=60,
     parallel_safe=True,
     title="E163 maze: SFT never learns to backtrack, RLVR reaches the optimum (exponential separation)",
     paper=PAPER,

@@ -68,7 +68,7 @@ from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e164_constraint_rot import PAPER
 from agentmill.experiments.e164_constraint_rot.attack_analysis import (column_difference, points_with_progress,
                                                                        tightest_ratio, transfer_heatmap)
-from agentmill.experiments.e164_constraint_rot.office_bench import episodes, make_counter, office
+from agentmill.experiments.e164_constraint_rot.office_bench import episodes, make_counter, model_reads, office
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
@@ -377,6 +377,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_attack_llm",
+    quick_budget_s=90,
     title="E164 CR-8f: the compaction-eviction attack against a SmolLM2 summariser (reported) + transfer",
     paper=PAPER,
     claims=CLAIMS,
@@ -384,6 +385,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"constraint-rot", "hf"}),
+    reads=model_reads,
     scale_note="LLMSummary(SmolLM2-135M, goal_extract, ratio 0.25) as the attack target; templates A1–A6 searched on "
                "10 dev episodes with population 4 × 1 generation (the spec's 16 × 4 costs hours of SmolLM2 "
                "summaries on 2 CPU cores), reported on 32 test_iid episodes. CR-8f is a reported criterion (no "

@@ -45,8 +45,8 @@ from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e164_constraint_rot import PAPER
 from agentmill.experiments.e164_constraint_rot.attack_analysis import (column_difference, points_with_progress,
                                                                        tightest_ratio, transfer_heatmap)
-from agentmill.experiments.e164_constraint_rot.office_bench import (compactors, episodes, make_counter, office,
-                                                                    prereg_claim)
+from agentmill.experiments.e164_constraint_rot.office_bench import (compactors, episodes, make_counter, model_reads,
+                                                                    office, prereg_claim)
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.constraint_rot.survival import SURVIVED
@@ -313,6 +313,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_compression",
+    quick_budget_s=120,
     parallel_safe=True,
     title="E164 CR-5 (exact) + CR-8 deterministic + NC-9: compression ratio and the eviction attack vs survival",
     paper=PAPER,
@@ -321,6 +322,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     requires=frozenset({"constraint-rot"}),
     plots=plots,
+    reads=model_reads,
     scale_note="No model: ExtractiveSummary (three scorers) and NoteFollowingSummary on compaction-point contexts "
                "of replayed episodes; the extractive ratio and the attack are chosen on dev episodes and judged on "
                "test_iid ones. The SmolLM2-summary half of CR-5 (Spearman ρ, reported) and the model halves of CR-8 "

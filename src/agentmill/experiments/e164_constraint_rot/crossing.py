@@ -38,9 +38,9 @@ recorded, but the claim metric is renamed ``eta_margin_observed`` (verdict incon
 not met"). The RuleReader-only decomposition is always reported (``eta_margin_rulereaders``, no
 claim).
 
-Profiles. ``smoke`` runs without SmolLM2 exactly like the organism experiment's smoke: ``base``/``summariser``
-are specs the run context's ``lm_loader`` resolves (tests inject the tiny random Llama and a scripted summariser),
-the adapter lives in the work dir, and ``judged=False`` renames the claim metric (``protocol.unjudged``).
+Profiles. ``smoke`` runs without SmolLM2 exactly like the organism experiment's smoke: the ``tiny:organism`` base
+built into the work dir (``organism/tiny_base.py``) and the ``scripted:constant`` summariser, the adapter in the work
+dir, and ``judged=False`` renames the claim metric (``protocol.unjudged``).
 ``quick`` only plans (``plan_only``, through the organism experiment's
 :func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.plan_report`: the SFT data built and checked, the
 address, whether a validated organism is cached; no SmolLM2 weights loaded, nothing decoded, so CR-10a has no
@@ -73,7 +73,7 @@ import numpy as np
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e164_constraint_rot import PAPER
 from agentmill.experiments.e164_constraint_rot import organism_profiles as profiles
-from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, office, prereg_claim
+from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, model_reads, office, prereg_claim
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Experiment, RunContext, unjudged
 from agentmill.methods.constraint_rot.crossing import cell_means, decomposition, eta
@@ -98,7 +98,8 @@ class Setup:
     data_seed: int = profiles.SETUPS["full"].data_seed
     """``build_sft_dataset`` seed (part of the adapter address)."""
     base: str = "hf:smollm2"
-    """Organism base: ``hf:`` spec, or any spec the run context's ``lm_loader`` resolves to an organism ``Base``."""
+    """Organism base: ``hf:`` spec, ``tiny:organism`` (built into the work dir) or a spec the run context's
+    ``lm_loader`` resolves to an organism ``Base`` (``organism_profiles.base_factory``)."""
     summariser: str = "hf:smollm2"
     """Summariser LM spec (loaded with ``ctx.load_lm``)."""
     counter: str = "smollm2"
@@ -143,7 +144,7 @@ def _org(profile: str, **kw: Any) -> dict[str, Any]:
 
 
 SETUPS = {
-    "smoke": Setup(n_episodes=4, summariser="scripted:summary", counter="whitespace", distractor_tokens=(150, 300),
+    "smoke": Setup(n_episodes=4, summariser="scripted:constant", counter="whitespace", distractor_tokens=(150, 300),
                    max_new_tokens=8, n_boot=50, judged=False, shared_cache=False, **_org("smoke")),
     # quick must keep the whole suite well under 30 min on 2 cores (ARCHITECTURE.md §4) and the organism alone
     # trains for ~40 min there: quick plans the very adapter full uses (the organism experiment's full recipe)
@@ -365,6 +366,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_crossing",
+    quick_budget_s=60,
     title="E164 CR-10: summarisers × actors on identical inputs (V[s][a], η²_S vs η²_A)",
     paper=PAPER,
     claims=CLAIMS,
@@ -372,6 +374,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"constraint-rot", "hf", "peft"}),
+    reads=model_reads,
     scale_note="Crossing of 5 compactors (window, extractive, structured(rules), LLMSummary(SmolLM2-135M) "
                "goal_extract + handoff) × 3 rule-following actors (LoRA model organism, RuleReader semantic, "
                "RuleReader verbatim) on identical test_iid inputs (no early probe; one cached summary per "

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.stats import Estimate, proportion_estimate, two_stage_bootstrap
-from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, office, prereg_claim
+from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, model_reads, office, prereg_claim
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged, withhold
 from agentmill.methods.constraint_rot.survival import SURVIVED
@@ -335,6 +335,17 @@ def _organism_setup(s: Setup) -> Any:
     return ORGANISM_SETUPS[s.organism_profile]
 
 
+def _reads(s: Setup, model: str | None) -> list[Path]:
+    """The model-free arm's token counter; with the model arm also the organism's base and counter and the
+    summariser's model (``office_bench.model_reads``; the adapter is declared when found)."""
+    from agentmill.lm import model_files
+
+    paths = model_files("hf:smollm2") if s.counter == "smollm2" else []
+    if s.organism_profile is None:
+        return paths
+    return [*paths, *model_reads(_organism_setup(s), model), *model_files(s.summariser.removeprefix("serve:"))]
+
+
 def organism_arm(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     """CR-12c/d/e on the organism (spec §6.4, §7 CR-12): LangChain ``create_agent`` with the organism as the agent's
     model, no middleware (full context), ``SummarizationMiddleware`` (summariser :func:`summariser_model`), and the
@@ -566,6 +577,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_frameworks",
+    quick_budget_s=120,
     title="E164 CR-12: AutoGen buffer and LangChain summarisation erase the rule; pinning restores it",
     paper=PAPER,
     claims=CLAIMS,
@@ -573,6 +585,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     requires=frozenset({"autogen", "constraint-rot", "langchain"}),
     plots=plots,
+    reads=_reads,
     scale_note="RuleReader(semantic) as the model in real AutoGen 0.7 (AssistantAgent) and LangChain 1.x "
                "(create_agent) code, office sandbox tools, test_iid episodes (quick 8, full 32, as the spec); the "
                "LangChain summariser is scripted and drops the rule. CR-12e is applied with RuleReader in place "

@@ -29,12 +29,13 @@ precondition (``metrics.decay_precondition``: RS lower CI ≥ 0.3, V(full) ≤ 0
 "precondition not met" for that organism: its claims get no metric and are inconclusive (``allow_unvalidated``
 records the numbers as ``*_observed``, never judged).
 
-Profiles. ``smoke``: the organism tests' tiny random Llama as base and a scripted summariser, both resolved by the
-run context's ``lm_loader``; ``judged=False``. ``quick`` only plans (``plan_only``, through the organism
-experiment's :func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.plan_report` with ``instincts=(False,
-True)``): both organisms' SFT data built and checked, both adapter addresses, whether validated organisms are
-cached — no SmolLM2 weights loaded, nothing trained or decoded, so no CR-7 claim has a metric (inconclusive). The
-main job's quick suite must stay well under 30 min on 2 cores and one organism alone trains for ~40 min there.
+Profiles. ``smoke``: the organism experiment's smoke models (the ``tiny:organism`` base built into the work dir,
+``organism/tiny_base.py``, and the ``scripted:constant`` summariser); ``judged=False``. ``quick`` only plans
+(``plan_only``, through the organism experiment's
+:func:`~agentmill.experiments.e164_constraint_rot.organism_profiles.plan_report` with ``instincts=(False, True)``):
+both organisms' SFT data built and checked, both adapter addresses, whether validated organisms are cached — no
+SmolLM2 weights loaded, nothing trained or decoded, so no CR-7 claim has a metric (inconclusive). The main job's
+quick suite must stay well under 30 min on 2 cores and one organism alone trains for ~40 min there.
 ``full``: 24 episodes per kind (the spec's quick 48 episodes) on the organism experiment's full recipe (320 SFT
 examples, 60 validation episodes per cell); the spec's 48 per kind stay reachable with ``--set n_per_kind=48``.
 full uses SmolLM2 for the organism base and the summariser; LLM summaries live in ``<cache root>/summaries`` so
@@ -58,7 +59,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, percentile_estimate, two_stage_bootstrap_samples
 from agentmill.experiments.e164_constraint_rot import PAPER
-from agentmill.experiments.e164_constraint_rot.office_bench import ci_flag_claim, make_counter, office, prereg_claim
+from agentmill.experiments.e164_constraint_rot.office_bench import (ci_flag_claim, make_counter, model_reads, office,
+                                                                    prereg_claim)
 from agentmill.experiments.e164_constraint_rot.organism_profiles import SETUPS as ORGANISM_SETUPS
 from agentmill.experiments.e164_constraint_rot.violation_rates import paired_gap, rate_of, wilson_of
 from agentmill.experiments.plotting import pyplot, save
@@ -84,7 +86,8 @@ class Setup:
     data_seed: int = 0
     """``build_sft_dataset`` seed."""
     base: str = "hf:smollm2"
-    """Organism base: ``hf:`` spec, or a spec the run context's ``lm_loader`` resolves to an organism ``Base``."""
+    """Organism base: ``hf:`` spec, ``tiny:organism`` (built into the work dir) or a spec the run context's
+    ``lm_loader`` resolves to an organism ``Base`` (``organism_profiles.base_factory``)."""
     dtype: str = "fp32"
     """Inference dtype (training uses the recipe's own, ``organism/cache.Recipe``)."""
     max_length: int = 1536
@@ -394,6 +397,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_instinct",
+    quick_budget_s=60,
     title="E164 CR-7: soft vs hard rule decay, no-prior organism (harness check) and instinct organism (positive "
           "control)",
     paper=PAPER,
@@ -402,6 +406,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"constraint-rot", "hf", "peft"}),
+    reads=model_reads,
     scale_note="Two LoRA organisms of SmolLM2-135M-Instruct (spec §2.10): the no-prior organism (shared with "
                "e164.constraint_rot_organism) and the instinct organism (half of the hard-family rule-absent SFT "
                "examples refuse). §5 pitfalls 1 and 3: organism numbers are instrument checks; the instinct gap is "

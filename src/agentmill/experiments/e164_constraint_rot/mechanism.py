@@ -37,7 +37,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, two_stage_bootstrap
 from agentmill.experiments.e164_constraint_rot.office_bench import (ci_flag_claim, compactors, episodes, make_counter,
-                                                                    office, prereg_claim)
+                                                                    model_reads, office, prereg_claim)
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.constraint_rot.survival import SURVIVED
@@ -312,6 +312,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_mechanism",
+    quick_budget_s=120,
     parallel_safe=True,
     title="E164 CR-1 + NC-1/2/6 + CR-9 scripted: violation is exactly 'rule not visible' (model-free)",
     paper=PAPER,
@@ -320,6 +321,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     requires=frozenset({"constraint-rot"}),
     plots=plots,
+    reads=model_reads,
     scale_note="Scripted actors only (RuleReader, AlwaysComply, AlwaysRefuse, LatestInstructionWins), non-LLM "
                "compactors, replayed distractors in the office sandbox, test_iid split; exact counts, no model. "
                "Quick uses 20 episodes (spec: 200) to stay within 60 s on 2 cores; thresholds from prereg.yaml.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentmill.experiments.protocol import Claim
@@ -18,6 +19,19 @@ def make_counter(name: str) -> Any:
     if name == "smollm2":
         return SmolLM2Counter()
     raise ValueError(f"counter must be 'whitespace' or 'smollm2', got {name!r}")
+
+
+def model_reads(s: Any, model: str | None) -> list[Path]:
+    """``Experiment.reads`` of the E164 experiments: the files of every model the setup names (``base``,
+    ``summariser``, a ``serve:`` summariser's model) and, for ``counter="smollm2"``, the SmolLM2 GGUF whose tokenizer
+    counts the tokens; so a replaced GGUF reruns them. The organism adapter is declared when it is found
+    (``organism_profiles.obtain_adapter``): its address comes from the SFT data, which takes ~30 s to build."""
+    from agentmill.lm import model_files
+
+    specs = [getattr(s, name, None) for name in ("base", "summariser")]
+    if getattr(s, "counter", None) == "smollm2":
+        specs.append("hf:smollm2")
+    return [p for spec in specs if isinstance(spec, str) and spec for p in model_files(spec.removeprefix("serve:"))]
 
 
 @contextlib.contextmanager

@@ -30,9 +30,9 @@ CR-11 (statement penalty SP and carryover) is reported only (prereg); the organi
 construction (§5 pitfall 6). CR-7 (soft vs hard, with a second, instinct organism) is ``e164.constraint_rot_instinct``,
 CR-10 (summariser × actor crossing) is ``e164.constraint_rot_crossing``; both share this adapter through the cache.
 
-Profiles. ``smoke`` runs in seconds without SmolLM2: ``base``/``summariser`` are specs the run context's
-``lm_loader`` resolves (the test injects the tiny random Llama of the organism tests and a scripted summariser),
-and ``judged=False`` renames every claim metric ``*_observed`` (``protocol.unjudged``). ``quick`` only plans
+Profiles. ``smoke`` runs in seconds without SmolLM2 and needs nothing a user provides: the base is ``tiny:organism``,
+a tiny random Llama the run builds into its work dir (``organism/tiny_base.py``), the summariser
+``scripted:constant`` (its summary "ok" drops the rule), and ``judged=False`` renames every claim metric ``*_observed`` (``protocol.unjudged``). ``quick`` only plans
 (``plan_only``: the SFT data built and checked exactly as training would, the adapter address, whether a
 validated organism is cached) because the main job's quick suite must stay well under 30 min on 2 cores and the
 organism alone needs ~40 min of training there. ``full`` is the SmolLM2 organism at the spec's *quick* sizes (320
@@ -56,7 +56,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, proportion_estimate
 from agentmill.experiments.e164_constraint_rot import PAPER
-from agentmill.experiments.e164_constraint_rot.office_bench import ci_flag_claim, make_counter, office, prereg_claim
+from agentmill.experiments.e164_constraint_rot.office_bench import (ci_flag_claim, make_counter, model_reads, office,
+                                                                    prereg_claim)
 from agentmill.experiments.e164_constraint_rot.organism_profiles import (SETUPS, Setup, base_factory, obtain_adapter,
                                                                          plan_report)
 from agentmill.experiments.e164_constraint_rot.violation_rates import paired_gap, rate_of, wilson_of
@@ -435,6 +436,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_organism",
+    quick_budget_s=60,
     title="E164 CR-2/3/4/6/11 + NC-3/4/5/7/8: governance decay measured with the LoRA model organism",
     paper=PAPER,
     claims=CLAIMS,
@@ -442,6 +444,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"constraint-rot", "hf", "peft"}),
+    reads=model_reads,
     scale_note="Model organism = SmolLM2-135M-Instruct + LoRA trained on CPU on generated transcripts to obey "
                "visible rules (spec §2.10; §5 pitfall 1: its numbers are instrument checks, not findings about "
                "LLMs). Full: the spec's quick sizes — 320 SFT examples, 60 validation episodes per cell (low_n), 24 "

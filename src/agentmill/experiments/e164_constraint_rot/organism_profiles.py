@@ -33,7 +33,8 @@ class Setup:
                                "constraint_aware")
     """LLMSummary prompt styles (spec §7 CR-3: quick goal_extract + handoff; full adds four)."""
     base: str = "hf:smollm2"
-    """Organism base: ``hf:`` spec, or any spec the run context's ``lm_loader`` resolves to an organism ``Base``."""
+    """Organism base: ``hf:`` spec, ``tiny:organism`` (built into the work dir) or a spec the run context's
+    ``lm_loader`` resolves to an organism ``Base`` (``organism_profiles.base_factory``)."""
     summariser: str = "hf:smollm2"
     """Summariser LM spec (loaded with ``ctx.load_lm``)."""
     counter: str = "smollm2"
@@ -77,10 +78,13 @@ class Setup:
 
 
 SETUPS = {
+    # smoke: the tiny:organism base reads bytes, so an SFT example is 3.5k-10k tokens at max_length 1 << 15; capped at
+    # 6,000 (the longest needs 4,200 with a single distractor step) and trained in fp32 (bf16 autocast is slower on
+    # an AVX2 CPU), its one training step took 37 s of CPU instead of 139 s (2026-11-28, AMD EPYC, AVX2)
     "smoke": Setup(n_train=8, n_per_cell=2, n_episodes=4, n_nc3=4, styles=("goal_extract", "handoff"),
-                   base="tiny:organism", summariser="scripted:summary", counter="whitespace",
-                   distractor_tokens=(150, 300), max_length=1 << 15, max_new_tokens=8, n_boot=50, judged=False,
-                   allow_unvalidated=True, shared_cache=False),
+                   base="tiny:organism", summariser="scripted:constant", counter="whitespace",
+                   distractor_tokens=(150, 300), max_length=6000, train_dtype="fp32", max_new_tokens=8, n_boot=50,
+                   judged=False, allow_unvalidated=True, shared_cache=False),
     # quick must keep the whole suite well under 30 min on 2 cores (ARCHITECTURE.md §4); training the organism
     # alone takes ~40 min there, so quick plans (data + address) and the SmolLM2 organism runs at full
     "quick": Setup(n_train=320, n_per_cell=60, n_episodes=24, n_nc3=24, styles=("goal_extract", "handoff"),
@@ -95,12 +99,18 @@ SETUPS = {
 
 # -- the adapter ---------------------------------------------------------------------------------------------------
 def base_factory(spec: str, ctx: RunContext) -> Callable[[], Any]:
-    """A loader of a fresh organism base: ``hf:`` specs load SmolLM2 from its GGUF; anything else is resolved by
-    the run context's ``lm_loader`` (tests inject a tiny model) and must give an organism ``Base``."""
+    """A loader of a fresh organism base: ``hf:`` specs load SmolLM2 from its GGUF; ``tiny:organism`` (the smoke
+    profile's) is a tiny random Llama the run builds into its own work dir the first time (``organism/tiny_base.py``),
+    so ``agentmill reproduce --profile smoke`` needs nothing a test would inject; anything else is resolved by the run
+    context's ``lm_loader`` and must give an organism ``Base``."""
+    from agentmill.methods.constraint_rot.organism.tiny_base import TINY_BASE, tiny_base
     from agentmill.methods.constraint_rot.organism.train import Base, load_base
 
     if spec.startswith("hf:"):
         return lambda: load_base(spec)
+    if spec == TINY_BASE:
+        directory = Path(ctx.work_dir) / "tiny-base"
+        return lambda: tiny_base(directory)
     if ctx.lm_loader is None:
         raise ValueError(f"base {spec!r} is not an hf: spec and the run context has no lm_loader to resolve it")
 
@@ -120,6 +130,15 @@ def recipe_of(s: Setup, *, instinct: bool = False) -> Any:
                   fresh_values=s.fresh_values)
 
 
+def adapter_weights(adapter: Path) -> list[Path]:
+    """The files of a trained organism that decide its behaviour: declared as the run's artefacts
+    (``RunContext.read_artefact``), so an organism retrained at the same address reruns what used it. Not its card,
+    which validation updates in place (the experiments check the card's validation themselves)."""
+    from agentmill.lm.finetune import ADAPTER_FILE
+
+    return [adapter / ADAPTER_FILE, adapter / "adapter_config.json"]
+
+
 def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callable[[], Any], *,
                    instinct: bool = False) -> tuple[Path, bool]:
     """(adapter directory, trained now?) from the shared content-addressed organism cache (``organism/cache.py``;
@@ -132,6 +151,7 @@ def obtain_adapter(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Call
     root = None if s.shared_cache else Path(ctx.work_dir) / "organisms"
     out, trained, info = obtain_organism(recipe_of(s, instinct=instinct), cat, counter=counter, load=load, root=root,
                                          progress=progress)
+    ctx.read_artefact(*adapter_weights(out))
     ctx.data["instinct_adapter" if instinct else "adapter"] = {k: info[k] for k in ("key", "data_manifest_hash",
                                                                                     "n_train")}
     return out, trained
@@ -144,7 +164,7 @@ def plan_report(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callabl
     say whether a trained, validated organism is cached. Records no claim metric, so every claim is inconclusive
     with the pointer to ``--profile full``."""
     from agentmill.methods.constraint_rot.organism.cache import plan_organism
-    from agentmill.methods.constraint_rot.organism.train import OrganismCard
+    from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard
 
     out: dict[str, Estimate] = {}
     root = None if s.shared_cache else Path(ctx.work_dir) / "organisms"
@@ -152,6 +172,7 @@ def plan_report(s: Setup, ctx: RunContext, cat: Any, counter: Any, load: Callabl
         ctx.progress(f"E164 organism plan: SFT data{' (instinct)' if instinct else ''}", 0, None)
         adapter, data, info = plan_organism(recipe_of(s, instinct=instinct), cat, counter=counter, load=load,
                                             root=root)
+        ctx.read_artefact(*adapter_weights(adapter), adapter / CARD_FILE)  # the plan reports cached and validated
         tag = "instinct_" if instinct else ""
         toks = [int(e.meta["n_tokens"]) for e in data]
         validated = info["cached"] and bool((OrganismCard.load(adapter).validation or {}).get("validated"))

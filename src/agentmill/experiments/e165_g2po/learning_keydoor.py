@@ -204,6 +204,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_keydoor",
+    quick_budget_s=60,
     parallel_safe=True,
     title="E165 G-5/G-6: learning KeyDoor with GRPO, GiGPO and G2PO-style advantages at equal samples",
     paper=PAPER,

@@ -43,7 +43,7 @@ from agentmill.experiments.e165_g2po import PAPER
 from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS, score_arm
 from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
 from agentmill.methods.g2po import g2po_advantages
 
 
@@ -198,6 +198,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_llm_advantage_quality",
+    quick_budget_s=60,
     title="E165 G-8/G-9: G2PO-style advantages on LM-policy rollouts (and the LM overhead row)",
     paper=PAPER,
     claims=CLAIMS,
@@ -205,6 +206,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"hf"}),
+    reads=models_read("model"),
     scale_note="G2PO-style (reconstructed) [R]. Behaviour = SmolLM2-135M CandidatePolicy (T = 1, one-shot prompt, "
                "1 thread) on 8 held-out small KeyDoor layouts (3 rooms, 1 lock, 1 distractor, trap) × 8 rollouts × "
                "≤ 15 steps, instead of the spec's TextWorld games [R]; UniqueObs arm with fresh LM rollouts. The "

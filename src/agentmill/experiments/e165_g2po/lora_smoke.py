@@ -31,7 +31,7 @@ from agentmill.experiments.e165_g2po import PAPER
 from agentmill.experiments.e165_g2po.advantage_scoring import ESTIMATORS
 from agentmill.experiments.e165_g2po.keydoor_groups import KEY
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
 from agentmill.lm.candidate_pair import build_pair
 from agentmill.methods.g2po.train import train_compare
 
@@ -148,6 +148,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_lora_smoke",
+    quick_budget_s=60,
+    parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E165 G-10 (optional): GRPO / GiGPO / G2PO-style LoRA training of SmolLM2 — smoke, no verdict",
     paper=PAPER,
     claims=CLAIMS,
@@ -155,6 +157,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"hf", "peft"}),
+    reads=models_read("model"),
     scale_note="G2PO-style (reconstructed) [R]. SmolLM2-135M CandidatePolicy + LoRA (r 8, α 16, q/v, AdamW 1e-4), "
                "1 seed, 10 iterations × 1 group × 8 rollouts (≤ 12 steps) per arm on 8 tiny KeyDoor layouts; "
                "held-out success on 8 layouts. The paper trains 1.5B-7B models on GPUs for hundreds of steps. INCONCLUSIVE by design. "

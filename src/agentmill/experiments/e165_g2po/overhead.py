@@ -9,12 +9,16 @@
   and TextWorld (claim < 1 %). The LM row of the spec (< 0.5 %, G-8 data) is not measured here: the LM arm is
   not built.
 
-Timings are medians of ``repeats`` runs on a machine shared with other jobs; they are judged on the point value
-(there is no sampling CI for a wall-clock median), and the machine is named in the record.
+Every claim is a timing, so each is measured ``repeats`` times and judged on the geometric mean with its Student-t
+interval over the repetitions (``core.stats.repeats_estimate``; issue 24: one timing is never a verdict). A ratio is
+formed inside a repetition from two timings taken back to back (KeyDoor and TextWorld chunks alternate; reference
+and vectorised GiGPO alternate), so machine noise hits both of its sides; PERF-2's max and max/min are taken over
+the sizes of one repetition. The machine is shared with other jobs; it and the load are named in the record.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 import time
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, repeats_estimate
 from agentmill.core.types import StepTable
 from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv
 from agentmill.envs.policies import SoftmaxTablePolicy
@@ -35,9 +39,8 @@ from agentmill.experiments.e165_g2po import PAPER
 from agentmill.experiments.e165_g2po.keydoor_groups import KEY, KeyDoorFactory, keydoor_tasks
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
-from agentmill.methods.g2po import g2po_advantages, gigpo_advantages
-from agentmill.methods.g2po.bench import time_estimators
-from agentmill.methods.g2po.config import GiGPOConfig
+from agentmill.methods.g2po import build_state_graph, g2po_advantages, gigpo_advantages
+from agentmill.methods.g2po.config import G2POConfig, GiGPOConfig
 from agentmill.methods.g2po.keys import ExactKey, StateKeyFn
 
 
@@ -48,9 +51,9 @@ class Setup:
     layout_seed: int = 0
     """First layout generation seed."""
     keydoor_steps: int = 50_000
-    """Random-policy steps timed on KeyDoor (PERF-1)."""
+    """Random-policy steps timed on KeyDoor (PERF-1), in ``repeats`` chunks."""
     tw_steps: int = 1000
-    """Random-policy steps timed on TextWorld (PERF-1); 0 skips every TextWorld row."""
+    """Random-policy steps timed on TextWorld (PERF-1), in ``repeats`` chunks; 0 skips every TextWorld row."""
     tw_games: int = 2
     """TextWorld games for PERF-1/PERF-4 (generated with tw-make, cached)."""
     tw_seed0: int = 1000
@@ -60,17 +63,19 @@ class Setup:
     ref_groups: int = 42
     """PERF-3 table size in groups (10,080 rows)."""
     overhead_groups: int = 64
-    """KeyDoor groups of 8 rollouts for the PERF-4 ratio."""
+    """KeyDoor groups of 8 rollouts for the PERF-4 ratio, split over the ``repeats`` rollout batches."""
     repeats: int = 3
-    """Timing repeats (median)."""
+    """Timing repetitions: every claim's interval is over them (3 at least for a verdict)."""
     seed: int = 1000
     """Seed of the synthetic tables and rollouts."""
 
 
 SETUPS = {
     "smoke": Setup(n_layouts=4, keydoor_steps=2000, tw_steps=0, sizes=(2, 8), ref_groups=4, overhead_groups=8,
-                   repeats=1),
-    "quick": Setup(tw_steps=400, tw_games=1),
+                   repeats=2),
+    # quick: TextWorld rollouts dominate (~5 s per PERF-4 batch of 8 × 40 steps, three batches for the interval), so
+    # PERF-1's TextWorld chunks and PERF-4's KeyDoor groups are cut to keep the run at its old length
+    "quick": Setup(tw_steps=150, tw_games=1, overhead_groups=24),
     "full": Setup(repeats=5),
 }
 
@@ -151,94 +156,140 @@ def reference_gigpo(table: StepTable, key_fn: StateKeyFn, cfg: GiGPOConfig = GiG
     return out
 
 
-def _median(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def _random_steps_per_s(env: Any, steps: int, seed: int) -> float:
-    """Uniform-random steps per second on ``env`` (resetting when an episode ends)."""
-    rng = random.Random(seed)
-    _, info = env.reset(seed=seed)
+def _seconds(fn: Any) -> float:
     t0 = time.perf_counter()
-    for _ in range(steps):
-        _, _, term, trunc, info = env.step(rng.choice(info["admissible_commands"]))
-        if term or trunc:
-            _, info = env.reset()
-    return steps / (time.perf_counter() - t0)
+    fn()
+    return time.perf_counter() - t0
+
+
+class _RandomWalker:
+    """Uniform-random steps on one environment, resetting when an episode ends (the resets are part of the cost, as
+    in an RL loop); :meth:`steps_per_s` times the next ``n`` steps, so one walker yields several timed chunks."""
+
+    def __init__(self, env: Any, seed: int) -> None:
+        self.env, self.rng = env, random.Random(seed)
+        _, self.info = env.reset(seed=seed)
+
+    def steps_per_s(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            _, _, term, trunc, self.info = self.env.step(self.rng.choice(self.info["admissible_commands"]))
+            if term or trunc:
+                _, self.info = self.env.reset()
+        return n / (time.perf_counter() - t0)
 
 
 def _overhead(factory: Any, tasks: list, n: int, max_steps: int | None, seed: int) -> tuple[float, float, float]:
-    """(rollout s, graph + advantages s, ratio) for one batch of groups with an untrained tabular policy."""
+    """(rollout s, graph + advantages s, ratio) for one batch of groups with an untrained tabular policy; the
+    advantage side is the median of 3 calls (one call on a small batch is a few ms, near the timer's noise)."""
     t0 = time.perf_counter()
     table, _, _ = collect_groups(factory, SoftmaxTablePolicy(), tasks, n, max_steps, seed=seed)
     roll = time.perf_counter() - t0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        adv = _median(lambda: g2po_advantages(table, KEY), 3)
+        adv = float(np.median([_seconds(lambda: g2po_advantages(table, KEY)) for _ in range(3)]))
     return roll, adv, adv / roll
+
+
+def _overheads(factory: Any, tasks: list, n: int, max_steps: int | None, s: Setup) -> dict[str, list[float]]:
+    """:func:`_overhead` over ``s.repeats`` rollout batches, each with its own seed."""
+    rows = [_overhead(factory, tasks, n, max_steps, s.seed + r) for r in range(s.repeats)]
+    return {"rollout_s": [r[0] for r in rows], "g2po_s": [r[1] for r in rows], "ratio": [r[2] for r in rows]}
+
+
+def _rep(xs: list[float]) -> Estimate:
+    """Geometric mean of positive timings or ratios, one per repetition, with its t-interval."""
+    return repeats_estimate(xs, log=True)
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out: dict[str, Estimate] = {}
     tasks = keydoor_tasks(s)
-    # PERF-1
+    R = s.repeats
+    # PERF-1: KeyDoor and TextWorld chunks alternate, so each KeyDoor / TextWorld ratio is taken under one load
     ctx.progress("PERF-1 env speed", 0, 4)
-    out["keydoor_steps_per_s"] = Estimate.exact(_random_steps_per_s(KeyDoorEnv(tasks[0], KeyDoorConfig()),
-                                                                     s.keydoor_steps, s.seed))
+    kd = _RandomWalker(KeyDoorEnv(tasks[0], KeyDoorConfig()), s.seed)
     games: list = []
+    kd_rates, tw_rates = [], []
     if s.tw_steps > 0:
         from agentmill.envs.textworld_env import GamePool, TextWorldEnv, make_games
 
         games = make_games(ctx.work_dir / "tw_games", s.tw_games, seed0=s.tw_seed0, calibrate=None)
         env = TextWorldEnv(games[0], max_steps=40)
         try:
-            tw = _random_steps_per_s(env, s.tw_steps, s.seed)
+            tw = _RandomWalker(env, s.seed)
+            for r in range(R):
+                if r % 2 == 0:
+                    kd_rates.append(kd.steps_per_s(s.keydoor_steps // R))
+                    tw_rates.append(tw.steps_per_s(s.tw_steps // R))
+                else:
+                    tw_rates.append(tw.steps_per_s(s.tw_steps // R))
+                    kd_rates.append(kd.steps_per_s(s.keydoor_steps // R))
         finally:
             env.close()
-        out["textworld_steps_per_s"] = Estimate.exact(tw)
-        out["keydoor_over_textworld_speed"] = Estimate.exact(out["keydoor_steps_per_s"].value / tw)
-    # PERF-2
+        out["textworld_steps_per_s"] = _rep(tw_rates)
+        out["keydoor_over_textworld_speed"] = _rep([k / t for k, t in zip(kd_rates, tw_rates)])
+    else:
+        kd_rates = [kd.steps_per_s(s.keydoor_steps // R) for _ in range(R)]
+    out["keydoor_steps_per_s"] = _rep(kd_rates)
+    # PERF-2: every size once per repetition, so the max and max/min of one repetition share its load
     ctx.progress("PERF-2 scaling", 1, 4)
-    per_1k = []
-    for g in s.sizes:
-        table = synthetic_table(g, s.seed)
-        t = time_estimators(table, ExactKey(), repeats=s.repeats)
-        per_1k.append(t["g2po_ms_per_1k"])
-        out[f"g2po_ms_per_1k_at_{len(table)}"] = Estimate.exact(t["g2po_ms_per_1k"])
-        out[f"graph_ms_per_1k_at_{len(table)}"] = Estimate.exact(t["graph_ms_per_1k"])
-    out["g2po_ms_per_1k_max"] = Estimate.exact(max(per_1k))
-    out["g2po_linearity"] = Estimate.exact(max(per_1k) / min(per_1k))
-    # PERF-3
+    tables = [synthetic_table(g, s.seed) for g in s.sizes]
+    g2po_cfg = G2POConfig()
+    per_1k = np.zeros((R, len(tables)))
+    graph_1k = np.zeros((R, len(tables)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # low-merge-rate warnings are not what is being timed
+        for tb in tables:  # warm-up (allocator, caches), not timed
+            g2po_advantages(tb, ExactKey())
+        for r in range(R):
+            for j, tb in enumerate(tables):
+                graph_1k[r, j] = 1e6 * _seconds(lambda: build_state_graph(
+                    tb, ExactKey(), gamma=g2po_cfg.gamma, visit=g2po_cfg.visit, truncation=g2po_cfg.truncation)
+                ) / len(tb)
+                per_1k[r, j] = 1e6 * _seconds(lambda: g2po_advantages(tb, ExactKey())) / len(tb)
+    for j, tb in enumerate(tables):
+        out[f"g2po_ms_per_1k_at_{len(tb)}"] = _rep(per_1k[:, j].tolist())
+        out[f"graph_ms_per_1k_at_{len(tb)}"] = _rep(graph_1k[:, j].tolist())
+    out["g2po_ms_per_1k_max"] = _rep(per_1k.max(axis=1).tolist())
+    out["g2po_linearity"] = _rep((per_1k.max(axis=1) / per_1k.min(axis=1)).tolist())
+    # PERF-3: reference loop and vectorised GiGPO alternate; one paired ratio per repetition
     ctx.progress("PERF-3 GiGPO vs reference loop", 2, 4)
     table = synthetic_table(s.ref_groups, s.seed + 1)
     key = ExactKey()
     ref = reference_gigpo(table, key)
     vec = gigpo_advantages(table, key).advantages
     out["gigpo_ref_max_abs_diff"] = Estimate.exact(float(np.max(np.abs(ref - vec))))
-    t_ref = _median(lambda: reference_gigpo(table, key), s.repeats)
-    t_vec = _median(lambda: gigpo_advantages(table, key), s.repeats)
-    out["gigpo_speedup_vs_loop"] = Estimate.exact(t_ref / t_vec)
-    out["gigpo_ms_per_1k"] = Estimate.exact(t_vec * 1e6 / len(table))
-    out["gigpo_loop_ms_per_1k"] = Estimate.exact(t_ref * 1e6 / len(table))
-    # PERF-4 / G-9
+    t_ref, t_vec = [], []
+    for r in range(R):
+        for arm in (("ref", "vec") if r % 2 == 0 else ("vec", "ref")):
+            if arm == "ref":
+                t_ref.append(_seconds(lambda: reference_gigpo(table, key)))
+            else:
+                t_vec.append(_seconds(lambda: gigpo_advantages(table, key)))
+    out["gigpo_speedup_vs_loop"] = _rep([a / b for a, b in zip(t_ref, t_vec)])
+    out["gigpo_ms_per_1k"] = _rep([t * 1e6 / len(table) for t in t_vec])
+    out["gigpo_loop_ms_per_1k"] = _rep([t * 1e6 / len(table) for t in t_ref])
+    # PERF-4 / G-9: one ratio per rollout batch (KeyDoor's groups split over the batches; TextWorld's few tasks
+    # rolled out once per batch)
     ctx.progress("PERF-4 overhead ratios", 3, 4)
-    batch = [tasks[k % len(tasks)] for k in range(s.overhead_groups)]
-    roll, adv, ratio = _overhead(KeyDoorFactory(KeyDoorConfig()), batch, 8, None, s.seed)
-    out["keydoor_rollout_s"], out["keydoor_g2po_s"] = Estimate.exact(roll), Estimate.exact(adv)
-    out["keydoor_overhead_ratio"] = Estimate.exact(ratio)
+    per = max(1, s.overhead_groups // R)
+    ratios: dict[str, dict[str, list[float]]] = {}
+    ratios["keydoor"] = _overheads(KeyDoorFactory(KeyDoorConfig()), [tasks[k % len(tasks)] for k in range(per)], 8,
+                                   None, s)
     if games:
         pool = GamePool(games, max_steps=40)
-        roll, adv, ratio = _overhead(pool, pool.tasks, 8, 40, s.seed)
-        out["tw_rollout_s"], out["tw_g2po_s"] = Estimate.exact(roll), Estimate.exact(adv)
-        out["tw_overhead_ratio"] = Estimate.exact(ratio)
+        ratios["tw"] = _overheads(pool, pool.tasks, 8, 40, s)
+    for env_name, r in ratios.items():
+        out[f"{env_name}_rollout_s"], out[f"{env_name}_g2po_s"] = _rep(r["rollout_s"]), _rep(r["g2po_s"])
+        out[f"{env_name}_overhead_ratio"] = _rep(r["ratio"])
     ctx.data["machine"] = {"node": platform.node(), "processor": platform.processor(), "python":
-                           platform.python_version()}
-    ctx.data["perf2"] = {"rows": [int(g * 240) for g in s.sizes], "ms_per_1k": per_1k}
+                           platform.python_version(), "cpu_count": os.cpu_count(), "loadavg": os.getloadavg()}
+    ctx.data["perf1"] = {"keydoor_steps_per_s": kd_rates, "textworld_steps_per_s": tw_rates}
+    ctx.data["perf2"] = {"rows": [len(tb) for tb in tables], "ms_per_1k": np.median(per_1k, axis=0).tolist(),
+                         "ms_per_1k_per_rep": per_1k.tolist()}
+    ctx.data["perf3"] = {"ref_s": t_ref, "vec_s": t_vec}
+    ctx.data["perf4"] = ratios
     ctx.data["ratios"] = {k: v.value for k, v in out.items() if k.endswith("overhead_ratio")}
     return out
 
@@ -271,6 +322,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_overhead",
+    quick_budget_s=45,
     title="E165 G-9 / PERF-1..4: graph bookkeeping cost vs rollouts, estimator scaling",
     paper=PAPER,
     claims=CLAIMS,

@@ -42,7 +42,7 @@ from agentmill.envs.keydoor import TINY_WORLD, KeyDoorConfig, KeyDoorEnv, KeyDoo
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
 from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
 
 
@@ -212,6 +212,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_lm_pair_distilled",
+    quick_budget_s=60,
+    parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E173 P-6a: an LM pair distilled to the exact soft optimum recovers A*",
     paper=PAPER,
     claims=CLAIMS,
@@ -219,6 +221,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"hf", "peft"}),
+    reads=models_read("model"),
     scale_note="Tiny KeyDoor (3 rooms, 1 lock, trap; 4 layouts of 6-10 states, ≤ 8 commands), π_ref = SmolLM2-135M "
                "CandidatePolicy at T = 1 with the one-shot prompt, LoRA (r 8, α 16, q/v) distilled to the exact π* "
                "(β = 0.5) by cross-entropy over candidates. The paper trains real agents with RL; this checks the "

@@ -39,7 +39,7 @@ from agentmill.envs.keydoor import TINY_WORLD, KeyDoorEnv, layouts
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
 from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
 
 
@@ -95,8 +95,10 @@ SETUPS = {
     # T = 100: at T = 20 the untrained tiny model says "look"/"wait" 80 % of the time and never succeeded in 20 steps
     # (first quick run: no reward, nothing to learn); at T = 100 it succeeds ~9 % of the time, a fluency-prior-like
     # reference as in P-4/P-5.
-    "quick": Setup(model=TINY_QUICK, temperature=100.0, one_shot=False, tasks_per_iter=4, max_steps=20, lr=3e-3,
-                   n_boot=500, judged=False),
+    # Not judged at quick (an untrained tiny stand-in): 8 iterations and 20 held-out layouts show the whole
+    # pipeline at about half the 15 × 40 cost (121 s of the main job on 2026-11-25).
+    "quick": Setup(model=TINY_QUICK, temperature=100.0, one_shot=False, iterations=8, n_test_layouts=20,
+                   tasks_per_iter=4, max_steps=20, lr=3e-3, n_boot=500, judged=False),
     "full": Setup(),
 }
 
@@ -271,6 +273,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_lm_pair_rl",
+    quick_budget_s=90,
+    parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E173 P-6b: an LM pair after ordinary KL-regularised RL grades steps on held-out layouts",
     paper=PAPER,
     claims=CLAIMS,
@@ -278,6 +282,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     requires=frozenset({"hf", "peft"}),
+    reads=models_read("model"),
     scale_note="Tiny KeyDoor (3 rooms, 1 lock, trap), SmolLM2-135M CandidatePolicy + LoRA (r 8, α 16, q/v, AdamW lr "
                "1e-4), KL-PG β = 0.05 with exact KL over candidates, 15 iterations × 1 group × 8 rollouts on 8 "
                "training layouts; graded on 40 held-out layouts × 8 rollouts. The paper RL-trains 4B-class agents on "

@@ -11,10 +11,12 @@
   file-backed pages and the second load reuses memory the first one freed, so RSS deltas say little here.
 - **PERF-8** ``soft_value_iteration`` on a random 20 × 4 MDP to tol 1e-13: < 50 ms (median over repeats).
 
-Timing estimates: the value is the median over ``repeats`` runs and the interval is [min, max] over them (a
-range, not a confidence interval; the judge still needs the whole range on the right side). Absolute times are
-reported next to each ratio (spec §8). The smoke profile swaps SmolLM2 for canned token scorers (no model load; its
-ratios mean nothing) and skips PERF-6. Run with ``OPENBLAS_NUM_THREADS=1`` on a shared 2-core machine: small
+Timing estimates (issue 24: a timing is judged on an interval over repeats, never one run): PERF-5's ratios are
+formed inside each of ``repeats`` repetitions (the three timings of one repetition run back to back under the same
+machine load) and judged on the geometric mean with its Student-t interval over repetitions
+(``core.stats.repeats_estimate``; at least 3); PERF-8 on the bootstrap interval of the median of ``vi_repeats``
+runs. Absolute times are reported next to each ratio (spec §8), with the same t-interval. The smoke profile
+swaps SmolLM2 for canned token scorers (no model load; its ratios mean nothing) and skips PERF-6. Run with ``OPENBLAS_NUM_THREADS=1`` on a shared 2-core machine: small
 LAPACK solves slow down 100× when OpenBLAS threads compete with other processes.
 """
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 import gc
 import math
 import platform
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, bootstrap_ci, repeats_estimate
 from agentmill.core.tabular_mdp import random_mdp, soft_value_iteration
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
@@ -46,7 +47,7 @@ class Setup:
     steps: int = 10
     """Steps per episode (spec §8 PERF-5: T = 10)."""
     repeats: int = 3
-    """Timing repeats (median, [min, max])."""
+    """Timing repetitions (the claims' t-interval is over them; 3 at least for a verdict)."""
     lora_noise: float = 0.05
     """Std of the Gaussian added to LoRA B so the policy differs from the reference."""
     perf6: bool = True
@@ -59,7 +60,7 @@ class Setup:
 
 SETUPS = {
     "smoke": Setup(model="scripted", n_episodes=2, repeats=2, perf6=False, vi_repeats=3),
-    "quick": Setup(n_episodes=1, repeats=2),
+    "quick": Setup(n_episodes=1, repeats=3),
     "full": Setup(n_episodes=2, repeats=3, vi_repeats=50),
 }
 
@@ -82,9 +83,9 @@ CLAIMS = (
 )
 
 
-def _range(xs: list[float]) -> Estimate:
-    return Estimate(float(statistics.median(xs)), float(min(xs)), float(max(xs)), n=len(xs),
-                    method="median, [min, max] over repeats")
+def _over_repeats(xs: list[float]) -> Estimate:
+    """Geometric mean of positive timings or ratios, one per repetition, with its t-interval."""
+    return repeats_estimate(xs, log=True)
 
 
 def _rss_mb() -> float:
@@ -205,7 +206,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         t0 = time.perf_counter()
         soft_value_iteration(mdp, ref, 1.0, tol=1e-13)
         vi.append(1e3 * (time.perf_counter() - t0))
-    out["perf8_vi_ms"] = _range(vi)
+    out["perf8_vi_ms"] = bootstrap_ci(vi, np.median)
     # ---- PERF-5
     ctx.progress("PERF-5 load", 0, 3)
     pair = saved = prefill = None
@@ -243,15 +244,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     scorer = ProgressAdvantageScorer(pol, rf, PAConfig())
     ctx.progress("PERF-5 timing", 1, 3)
     one, pre, fill, diff, scores_a = _time_scoring(scorer, eps, s.repeats, prefill)
-    out["perf5_onepass_s"] = _range(one)
-    out["perf5_prefix_s"] = _range(pre)
-    out["perf5_speedup"] = _range([p / o for p, o in zip(pre, one)])
+    out["perf5_onepass_s"] = _over_repeats(one)
+    out["perf5_prefix_s"] = _over_repeats(pre)
+    out["perf5_speedup"] = _over_repeats([p / o for p, o in zip(pre, one)])
     out["perf5_max_abs_diff_onepass_vs_prefix"] = Estimate.exact(diff)
     out["perf5_tokens"] = Estimate.exact(n_tok)
     if fill:
-        out["perf5_prefill_tok_per_s"] = _range([n_tok / f for f in fill])
-        out["perf5_prefill_bound_s"] = _range([2 * f for f in fill])
-        out["perf5_time_over_prefill_bound"] = _range([o / (2 * f) for o, f in zip(one, fill)])
+        out["perf5_prefill_tok_per_s"] = _over_repeats([n_tok / f for f in fill])
+        out["perf5_prefill_bound_s"] = _over_repeats([2 * f for f in fill])
+        out["perf5_time_over_prefill_bound"] = _over_repeats([o / (2 * f) for o, f in zip(one, fill)])
     # ---- PERF-6
     if pair is not None and saved is not None:
         ctx.progress("PERF-6 two copies", 2, 3)
@@ -282,8 +283,16 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
+def _reads(s: Setup, model: str | None) -> list[Path]:
+    """The base model's GGUF (``Experiment.reads``); the canned ``scripted`` scorers read nothing."""
+    from agentmill.lm import model_files
+
+    return [] if s.model == "scripted" else model_files(f"hf:{s.model}")
+
+
 EXPERIMENT = Experiment(
     id="e173.progress_perf",
+    quick_budget_s=120,
     title="E173 performance: one-pass scoring (PERF-5), HFPair memory (PERF-6), soft VI speed (PERF-8)",
     paper=PAPER,
     claims=CLAIMS,
@@ -291,6 +300,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     scale_note="SmolLM2-135M fp32 on 2 shared CPU cores (other jobs running), LoRA r = 8 on q/v with perturbed B; "
                "1 (quick) / 2 (full) random KeyDoor episodes of 10 steps in the chat template. Engineering targets "
-               "of the spec, not paper numbers. Timings are medians with [min, max] over repeats.",
+               "of the spec, not paper numbers. Timings: geometric means with t-intervals over 3 repetitions.",
     requires=frozenset({"hf", "peft"}),
+    reads=_reads,
 )

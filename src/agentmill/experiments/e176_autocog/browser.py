@@ -15,7 +15,9 @@ a bot pressing left every time at 100 ms, goes through HTTP. Six pre-registered 
 
 The claim metric is the share of checks passed (needs 1). Screenshots of the consent and trial screens are kept as
 artifacts (returned by ``plots``). P5 (≤ 90 s per 100-trial session) is reported, not judged here. Without
-chromium/chromedriver/selenium the run records NaN and the verdict is inconclusive.
+chromium/chromedriver (or selenium) nothing is measured and the claim is ``not_judged`` with the reason
+(:data:`CHROMIUM_MISSING`, ``protocol.withhold``), not a NaN judged inconclusive. ``make reproduce`` installs
+Chromium (``make browser-deps``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ import numpy as np
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e176_autocog import PAPER
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, withhold
 
+CHROMIUM_MISSING = "skipped: Chromium not installed (`make browser-deps`)"
 CHECKS = ("rows_exact", "metric_equal", "code_shown", "bot_excluded", "export_roundtrip", "no_console_errors")
 
 
@@ -75,12 +78,15 @@ def ttb_choice(a: list, b: list) -> int:
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     import httpx
 
-    from agentmill.methods.autocog.web.browserbot import BrowserMissing, always_left_bot, run_participant
+    from agentmill.methods.autocog.web.browserbot import (BrowserMissing, always_left_bot, chromium_installed,
+                                                          run_participant)
     from agentmill.methods.autocog.web.exclusion import drop_reasons
     from agentmill.methods.autocog.web.export import export, read_csv_trials, rows
     from agentmill.methods.autocog.web.loadtest import U8_DESIGN, free_port, start_server
     from agentmill.methods.autocog.web.store import Store
 
+    if not chromium_installed():
+        return _skipped(CHROMIUM_MISSING, ctx)
     art = Path(ctx.work_dir) / "artifacts"
     art.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ac9-", dir=ctx.work_dir) as d:
@@ -96,8 +102,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                 run = run_participant(base, tok, sched, ttb_choice, faults_at=s.faults_at, refresh_at=s.refresh_at,
                                       double_at=s.double_at, screenshot_dir=art)
             except BrowserMissing as e:
-                ctx.data.update({"skipped": str(e), "checks": {}, "trials": []})
-                return {"ac9_checks_passed": Estimate.exact(float("nan"))}
+                return _skipped(f"skipped: {e}", ctx)
             ctx.progress("AC-9 browser session", 1, 2)
             bot_status = always_left_bot(base, bot_tok, len(sched))
             ctx.progress("AC-9 bot", 2, 2)
@@ -140,6 +145,13 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             "p5_browser_session_s": Estimate.exact(run.wall_s)}
 
 
+def _skipped(reason: str, ctx: RunContext) -> dict[str, Estimate]:
+    """No browser, nothing measured: the claim is not judged, with ``reason`` (not a NaN judged inconclusive)."""
+    ctx.data.update({"skipped": reason, "checks": {}, "trials": []})
+    withhold(ctx.data, {"ac9_checks_passed"}, reason)
+    return {}
+
+
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
     plt = pyplot()
 
@@ -174,6 +186,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.browser",
+    quick_budget_s=60,
     title="E176 AutoCog: the participant task survives a real headless browser",
     paper=PAPER,
     claims=CLAIMS,

@@ -167,8 +167,14 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     return [p]
 
 
+def _reads(s: Setup, model: str | None) -> list[Path]:
+    """The human fixture the run replays: a re-vendored fixture reruns the experiment (``Experiment.reads``)."""
+    return [Path(s.fixture_dir) if s.fixture_dir else DEFAULT_FIXTURE]
+
+
 EXPERIMENT = Experiment(
     id="e176.fixture",
+    quick_budget_s=20,
     parallel_safe=True,
     title="E176 AutoCog: the authors' human runs and theory code replayed (leaderboards, metric values, YAMLs)",
     paper=PAPER,
@@ -177,6 +183,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     requires=frozenset({"autocog"}),
     plots=plots,
+    reads=_reads,
     scale_note="The authors' own committed data and code (2 human runs, 20 observations), not a reduced-scale rerun. "
                "Pitfall 16: one cardinal metric failed on real data (null real value); the authors score it as "
                "distance 1 for everyone, the project's default drops it (scores reported both ways). Smoke: binary "

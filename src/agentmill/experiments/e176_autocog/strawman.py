@@ -216,8 +216,14 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     return [p]
 
 
+def _reads(s: Setup, model: str | None) -> list[Path]:
+    """The human fixture the run replays: a re-vendored fixture reruns the experiment (``Experiment.reads``)."""
+    return [Path(s.fixture_dir) if s.fixture_dir else DEFAULT_FIXTURE]
+
+
 EXPERIMENT = Experiment(
     id="e176.strawman",
+    quick_budget_s=30,
     parallel_safe=True,
     title="E176 AutoCog: argmax seeds are strawmen against people and a noisy population (NC-7)",
     paper=PAPER,
@@ -225,6 +231,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
+    reads=_reads,
     scale_note="Judged on the authors' 20 committed human observations (19 with a real value; both runs' own seeds, "
                "50 simulated subjects per prediction, committed metric code run in the sandbox); the simulated WADD "
                "population (ε_gt .25, 25 participants, 60 quick / 300 full random designs) is reported only. "

@@ -23,7 +23,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, percentile_estimate
 from agentmill.experiments.e179_dspark import PAPER
-from agentmill.experiments.e179_dspark.drafters import load_drafter
+from agentmill.experiments.e179_dspark.drafters import load_drafter, setup_reads
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
@@ -90,7 +90,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
     engine = tapped_engine(layers, model=s.model, threads=s.threads)
-    drafter = load_drafter(s.drafter, engine, s.model)
+    drafter = load_drafter(s.drafter, engine, s.model, ctx)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     path = ctx.work_dir / f"rounds-{s.drafter.replace('/', '_')}-{s.calib_prompts}-{s.test_prompts}-{s.max_new}.json"
     if path.exists():
@@ -180,4 +180,5 @@ EXPERIMENT = Experiment(
                "calib + 16 test prompts × 96 tokens.",
     requires=frozenset({"hf"}),
     plots=plots,
+    reads=setup_reads,
 )

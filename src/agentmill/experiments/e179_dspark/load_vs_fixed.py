@@ -1,8 +1,13 @@
 """E179-La/Lb/Lc/Le: the load-aware scheduler under closed-loop load, engine-direct.
 
 Virtual users keep C requests in flight on one ``SpecEngine`` (a finished request is replaced at once) for a warm-up
-plus a measurement window; each arm and concurrency is one window, arms in ABBA order. Throughput is committed
-output tokens per second; per-user TPS is the paper's mean over finished requests of (n − 1)/(t_last − t_first).
+plus a measurement window; each repetition runs every arm at every concurrency once, arms in ABBA order. Throughput
+is committed output tokens per second; per-user TPS is the paper's mean over finished requests of (n − 1)/(t_last −
+t_first).
+
+Every claim below is computed within each repetition (the arms of one repetition ran side by side, so machine noise
+hits them alike) and judged on the Student-t interval over the repetitions (``core.stats.repeats_estimate``; the
+geometric mean for ratios): one timing window is never a verdict (issue 24).
 
 La   dspark-async throughput ≥ 0.95 × the best fixed:k at every C (no per-C tuning); secondary ≥ 0.97 × AR;
 Lc   at matched throughput, per-user TPS dspark-async / fixed:1 (MTP-1-like), geometric mean over the overlap of
@@ -20,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate
+from agentmill.core.stats import Estimate, repeats_estimate
 from agentmill.experiments.e179_dspark import PAPER
+from agentmill.experiments.e179_dspark.drafters import setup_reads
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
@@ -43,7 +49,7 @@ class Setup:
 
 
 SETUPS = {
-    "smoke": Setup(arms="off,fixed:1,fixed:4", concurrency="1,2", window_s=1.0, warmup_s=0.2, reps=1, max_new=8,
+    "smoke": Setup(arms="off,fixed:1,fixed:4", concurrency="1,2", window_s=0.5, warmup_s=0.1, reps=2, max_new=8,
                    prompts=4, drafter="random", model="tiny"),
     "quick": Setup(arms="off,fixed:1,fixed:7,dspark-async", concurrency="1,4", window_s=8.0, warmup_s=2.0, reps=1,
                    max_new=64, prompts=8, sps_quick=True),
@@ -88,7 +94,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
     engine = tapped_engine(layers, threads=s.threads, model=s.model)
-    drafter = load_drafter(s.drafter, engine, s.model)
+    drafter = load_drafter(s.drafter, engine, s.model, ctx)
     arms = s.arms.split(",")
     cs = [int(c) for c in s.concurrency.split(",")]
     needs = any(a.startswith(("dspark", "dsd")) for a in arms)
@@ -97,8 +103,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                for it in builtin_prompts(split, max(1, s.prompts // 2), seed=5)]
     params = SamplingParams(temperature=s.temperature, max_tokens=s.max_new, seed=None, ignore_eos=True)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    path = ctx.work_dir / f"points-{s.arms}-{s.concurrency}-{s.window_s:g}-{s.reps}-{s.max_new}.jsonl".replace(
-        ":", "_")
+    path = ctx.work_dir / (f"points-{s.arms}-{s.concurrency}-{s.window_s:g}-{s.warmup_s:g}-{s.reps}-{s.max_new}"
+                           ".jsonl").replace(":", "_")
     done = {}
     if path.exists():
         for ln in path.read_text().splitlines():
@@ -124,15 +130,13 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
             done[(a, c, rep)] = row
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-    # mean over reps per (arm, C)
-    agg: dict[str, dict[int, dict[str, float]]] = {a: {} for a in arms}
-    for a in arms:
-        for c in cs:
-            rows = [done[(a, c, r)] for r in range(s.reps)]
-            agg[a][c] = {"throughput": float(np.mean([r["throughput"] for r in rows])),
-                         "per_user_tps": float(np.nanmean([r["per_user_tps"] for r in rows])),
-                         "tau": float(np.mean([r["tau"] for r in rows]))}
+    # per repetition: the claims are computed inside each one (its arms ran side by side) and judged over them
+    per_rep = [{a: {c: {k: float(done[(a, c, r)][k]) for k in ("throughput", "per_user_tps", "tau")} for c in cs}
+                for a in arms} for r in range(s.reps)]
+    agg = {a: {c: {k: float(np.nanmean([p[a][c][k] for p in per_rep])) for k in ("throughput", "per_user_tps",
+                                                                                 "tau")} for c in cs} for a in arms}
     ctx.data["points"] = {a: {str(c): v for c, v in d.items()} for a, d in agg.items()}
+    ctx.data["points_per_rep"] = [{a: {str(c): v for c, v in d.items()} for a, d in p.items()} for p in per_rep]
     if "off" in arms and 1 in cs:
         # Ld (report): the highest throughput each policy reaches while every user keeps ≥ 50% / 80% of the
         # single-user plain-decoding speed
@@ -140,41 +144,60 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data["sla"] = {f"{int(f * 100)}%": {a: max([v["throughput"] for v in agg[a].values()
                                                          if v["per_user_tps"] >= f * base] or [0.0]) for a in arms}
                            for f in (0.5, 0.8)}
-    out: dict[str, Estimate] = {}
-    out.update(_simulator_check(s, ctx, engine, drafter, prompts, params, sps, arms, cs, agg))
+    vals: dict[str, list[float]] = {}
     main = "dspark-async" if "dspark-async" in arms else arms[-1]
     fixed = [a for a in arms if a.startswith("fixed:")]
-    if fixed:
-        out["la_vs_best_fixed"] = Estimate.exact(min(agg[main][c]["throughput"] / max(agg[f][c]["throughput"]
-                                                                                      for f in fixed) for c in cs))
-    if "off" in arms:
-        out["la_vs_ar"] = Estimate.exact(min(agg[main][c]["throughput"] / agg["off"][c]["throughput"] for c in cs))
+    fall = [c for c in cs if "fixed:7" in arms and "off" in arms
+            and agg["fixed:7"][c]["throughput"] < agg["off"][c]["throughput"]]
+    for p in per_rep:
+        def thr(a: str, c: int, p: dict = p) -> float:
+            return p[a][c]["throughput"]
+
+        if fixed:
+            vals.setdefault("la_vs_best_fixed", []).append(min(thr(main, c) / max(thr(f, c) for f in fixed)
+                                                               for c in cs))
+        if "off" in arms:
+            vals.setdefault("la_vs_ar", []).append(min(thr(main, c) / thr("off", c) for c in cs))
+            if "fixed:7" in arms:  # over the C where fixed:7 fell below AR on the mean of the repetitions
+                vals.setdefault("lb_collapse_guard", []).append(
+                    min(thr(main, c) / thr("off", c) for c in fall) if fall else float("nan"))
         if "fixed:7" in arms:
-            fall = [c for c in cs if agg["fixed:7"][c]["throughput"] < agg["off"][c]["throughput"]]
-            ctx.data["fixed7_below_ar_at"] = fall
-            out["lb_collapse_guard"] = Estimate.exact(
-                min(agg[main][c]["throughput"] / agg["off"][c]["throughput"] for c in fall) if fall else float("nan"))
-    if "fixed:7" in arms:
-        low = [c for c in cs if c <= 2]
-        out["le_low_load"] = Estimate.exact(
-            min(agg[main][c]["throughput"] / agg["fixed:7"][c]["throughput"] for c in low) if low else float("nan"))
-    if "fixed:1" in arms:
-        from agentmill.methods.dspark.bench import LoadPoint
+            low = [c for c in cs if c <= 2]
+            vals.setdefault("le_low_load", []).append(
+                min(thr(main, c) / thr("fixed:7", c) for c in low) if low else float("nan"))
+        if "fixed:1" in arms:
+            m = matched_throughput_ratios(_load_points(main, p[main]), _load_points("fixed:1", p["fixed:1"]))
+            ctx.data.setdefault("matched_per_rep", []).append(m)
+            vals.setdefault("lc_matched_ratio", []).append(m["geomean"])
+    if "fixed:7" in arms and "off" in arms:
+        ctx.data["fixed7_below_ar_at"] = fall
+    vals["l2_sim_max_dev"] = _simulator_check(s, ctx, engine, drafter, prompts, params, sps, arms, cs, per_rep)
+    ctx.data["per_rep"] = vals
+    return {k: _over_reps(v, log=k != "l2_sim_max_dev") for k, v in vals.items()}
 
-        def pts(a: str) -> list[LoadPoint]:
-            return [LoadPoint(a, c, v["throughput"], v["per_user_tps"], 0, 0, 0, v["tau"], 0, 0, 0, 0)
-                    for c, v in agg[a].items()]
 
-        m = matched_throughput_ratios(pts(main), pts("fixed:1"))
-        ctx.data["matched"] = m
-        out["lc_matched_ratio"] = Estimate.exact(m["geomean"])
-    return out
+def _load_points(arm: str, by_c: dict[int, dict[str, float]]) -> list[Any]:
+    from agentmill.methods.dspark.bench import LoadPoint
+
+    return [LoadPoint(arm, c, v["throughput"], v["per_user_tps"], 0, 0, 0, v["tau"], 0, 0, 0, 0)
+            for c, v in by_c.items()]
+
+
+def _over_reps(values: list[float], *, log: bool) -> Estimate:
+    """The claim's statistic over the repetitions: mean (geometric for ratios) with its t-interval; undefined (NaN,
+    which the judge calls inconclusive) when any repetition's value is (no C where fixed:7 fell below AR, frontiers
+    that do not overlap)."""
+    if not values or not all(np.isfinite(values)):
+        nan = float("nan")
+        return Estimate(nan, nan, nan, n=len(values), method="t_log_repeats" if log else "t_repeats")
+    return repeats_estimate(values, log=log)
 
 
 def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, prompts: list[list[int]], params: Any,
-                     sps: Any, arms: list[str], cs: list[int], agg: dict) -> dict[str, Estimate]:
+                     sps: Any, arms: list[str], cs: list[int], per_rep: list[dict]) -> list[float]:
     """L2: record full-verification traces on the same prompts, replay every (arm, C) of the sweep in the simulator
-    and compare throughputs; then extend the sweep to C = 64 in the simulator (reported, not gated)."""
+    and compare throughputs; then extend the sweep to C = 64 in the simulator (reported, not gated). Returns the
+    largest |simulated / real − 1| of each repetition (the simulator's side is one deterministic replay)."""
     from agentmill.methods.dspark.engine import SpecEngine
     from agentmill.methods.dspark.policies import make_policy
     from agentmill.methods.dspark.proposers import DSparkProposer
@@ -195,19 +218,16 @@ def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, promp
     traces = TraceSet.from_rounds(spec.rounds, None, st.draft_seconds / max(1, st.rounds),
                                   [len(p) for p in prompts])
     sim: dict[str, dict[str, float]] = {}
-    devs = []
     for a in arms:
         sim[a] = {}
         for c in cs + [64]:
             pt = simulate(traces, make_policy(a, sps), sps, concurrency=c, max_tokens=s.max_new,
                           n_requests=4 * c + 8, seed=c)
             sim[a][str(c)] = pt.throughput
-            if c in agg[a]:
-                devs.append(abs(pt.throughput / agg[a][c]["throughput"] - 1))
     ctx.data["simulated_throughput"] = sim
     ctx.data["trace"] = {"rounds": int(len(traces.accepted)), "tau_full": float(1 + traces.accepted.mean()),
                          "draft_s_per_request": traces.draft_s_per_request}
-    return {"l2_sim_max_dev": Estimate.exact(max(devs) if devs else float("nan"), len(devs))}
+    return [max(abs(sim[a][str(c)] / p[a][c]["throughput"] - 1) for a in arms for c in cs) for p in per_rep]
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -245,4 +265,5 @@ EXPERIMENT = Experiment(
                "cost is steep in B so over-verification starts at C ≈ 4; quick: C ∈ {1, 4}, 8 s windows after 2 s warm-up, 1 rep, 8 prompts.",
     requires=frozenset({"hf"}),
     plots=plots,
+    reads=setup_reads,
 )

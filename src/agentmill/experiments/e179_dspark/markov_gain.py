@@ -74,6 +74,17 @@ def _layers(model: str) -> tuple[int, ...]:
     return (0, 1) if model == "tiny" else (1, 10, 19, 28)
 
 
+def _reads(s: Setup, model: str | None) -> list[Path]:
+    """The target and, for SmolLM2, the committed training corpus (one generated into ``artifacts/`` instead is
+    declared when measured). The branches trained in the work dir come from them, so a new corpus retrains."""
+    from agentmill.experiments.e179_dspark.drafters import target_files
+    from agentmill.methods.dspark.pipeline import asset_dir
+
+    if s.model != "smollm2":
+        return target_files(s.model)
+    return [*target_files(s.model), asset_dir() / f"corpus-train-{s.corpus_prompts}x{s.corpus_max_new}.jsonl"]
+
+
 def _train_branches(s: Setup, ctx: RunContext, engine: Any, cache: Any, corpus: Path) -> dict[str, Path]:
     import torch
 
@@ -163,6 +174,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         else artifacts_root(engine.fingerprint) / name
     ctx.progress("A1 corpus and feature cache", 0, None)
     ensure_corpus(engine, s.corpus_prompts, s.corpus_max_new, 1.0, corpus)
+    ctx.read_artefact(corpus)
     cache = ensure_cache(engine, corpus, artifacts_root(engine.fingerprint) / f"cache-{corpus.stem}",
                          _layers(s.model))
     ckpts = _train_branches(s, ctx, engine, cache, corpus)
@@ -236,4 +248,5 @@ EXPERIMENT = Experiment(
                "steps and evaluates 12 held-out prompts × 64 tokens.",
     requires=frozenset({"hf"}),
     plots=plots,
+    reads=_reads,
 )

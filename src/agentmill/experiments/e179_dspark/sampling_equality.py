@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.stats import Estimate, holm
+from agentmill.experiments.e179_dspark.drafters import setup_reads
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
@@ -111,7 +112,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     layers = (0, 1) if s.model == "tiny" else (1, 10, 19, 28)
     engine = tapped_engine(layers, model=s.model, threads=s.threads)
-    drafter = load_drafter(s.drafter, engine, s.model)
+    drafter = load_drafter(s.drafter, engine, s.model, ctx)
     sps = sps_table(engine, ctx, quick=True, max_r=16) if s.policy.startswith(("dspark", "dsd")) else None
     prompts = [chat_ids(engine.tokenizer, it.text) for it in builtin_prompts("test", s.prompts, seed=11)]
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -179,4 +180,5 @@ EXPERIMENT = Experiment(
                "at T = 1.0; full: 3 prompts × 4,000 at T = 1.0 and T = 0.7 / top-p 0.9.",
     requires=frozenset({"hf"}),
     plots=plots,
+    reads=setup_reads,
 )
