@@ -21,7 +21,7 @@ import pytest
 from agentmill.core.records import RunRecord
 from agentmill.experiments import PAPERS, build_registry, missing_for, paper_modules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cli_suite]  # `make smoke-suite`; not in `make test` (Makefile)
 
 
 def _ids(package: str) -> list[str]:
