@@ -33,13 +33,11 @@ class Setup:
     policy: str = "dspark-async"
     model: str = "hf:smollm2"
     threads: int = 1
-    seed: int = 0
-    n_boot: int = 10_000
 
 
 SETUPS = {
-    "smoke": Setup(requests=2, max_tokens=8, policy="off", model="tiny", n_boot=100),
-    "quick": Setup(requests=6, max_tokens=64, n_boot=2000),
+    "smoke": Setup(requests=2, max_tokens=8, policy="off", model="tiny"),
+    "quick": Setup(requests=6, max_tokens=48),
     "full": Setup(),
 }
 
@@ -154,7 +152,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note="SmolLM2-135M fp32, 1 thread, loopback HTTP with SSE; quick: 6 requests × 64 tokens.",
+    scale_note="SmolLM2-135M fp32, 1 thread, loopback HTTP with SSE; quick: 6 request pairs × 48 tokens.",
     requires=frozenset({"hf", "serve"}),
     reads=_reads,
 )

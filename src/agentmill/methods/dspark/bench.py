@@ -156,29 +156,33 @@ def paired_single_user(arms: dict[str, Callable[[], Any]], prompts: Sequence[lis
     """Every arm on every prompt, arms interleaved per prompt (rotated order per rep), one request at a time.
     ``arms`` map a name to a factory of a fresh ``SpecEngine`` (fresh so no state leaks between arms).
 
-    Returns ``seconds[arm]`` and ``draft_share[arm]`` as [prompt][rep] lists (the drafter's share of the engine's
-    draft + target seconds within that one decode: a per-decode value, so the share gets an interval over
-    decodes), the tokens of each arm's last rep per prompt, and each arm's pooled ``stats``."""
+    Returns ``seconds[arm]``, ``draft_share[arm]`` and ``tau[arm]`` as [prompt][rep] lists (the drafter's share of
+    the engine's draft + target seconds, and committed tokens per round, within that one decode: per-decode values,
+    so each gets an interval over decodes), the tokens of each arm's last rep per prompt, and each arm's pooled
+    ``stats``."""
     names = list(arms)
     engines = {k: f() for k, f in arms.items()}
     secs = {k: np.zeros((len(prompts), reps)) for k in names}
     share = {k: np.zeros((len(prompts), reps)) for k in names}
+    tau = {k: np.zeros((len(prompts), reps)) for k in names}
     toks: dict[str, list[list[int]]] = {k: [[] for _ in prompts] for k in names}
     stats_before = {k: dict(e.stats.as_dict()) for k, e in engines.items()}
     for rep in range(reps):
         for i, p in enumerate(prompts):
             order = names[(i + rep) % len(names):] + names[: (i + rep) % len(names)]
             for k in order:
-                d0, g0 = engines[k].stats.draft_seconds, engines[k].stats.target_seconds
+                st = engines[k].stats
+                d0, g0, c0, r0 = st.draft_seconds, st.target_seconds, st.committed, st.rounds
                 t, s = decode_alone(engines[k], p, params)
-                d, g = engines[k].stats.draft_seconds - d0, engines[k].stats.target_seconds - g0
+                d, g = st.draft_seconds - d0, st.target_seconds - g0
                 secs[k][i, rep] = s
                 share[k][i, rep] = d / max(1e-9, d + g)
+                tau[k][i, rep] = (st.committed - c0) / (st.rounds - r0) if st.rounds > r0 else 1.0
                 toks[k][i] = t
                 if progress is not None:
                     progress(1)
-    out = {"seconds": {k: v.tolist() for k, v in secs.items()}, "draft_share": {k: v.tolist() for k, v in
-                                                                                share.items()},
+    out = {"seconds": {k: v.tolist() for k, v in secs.items()},
+           "draft_share": {k: v.tolist() for k, v in share.items()}, "tau": {k: v.tolist() for k, v in tau.items()},
            "tokens": toks, "stats": {}}
     for k, e in engines.items():
         s1, s0 = e.stats.as_dict(), stats_before[k]
