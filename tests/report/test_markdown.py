@@ -116,3 +116,25 @@ def test_cli_save_results_markdown_and_check(monkeypatch, capsys, tmp_path) -> N
     assert str(doc) in out and "agentmill report --markdown" in out
     assert main(["report", "--check"]) == 2
     assert "--check goes with --markdown" in capsys.readouterr().err
+
+
+def test_cli_save_results_leaves_out_a_record_the_current_code_would_not_store(monkeypatch, capsys, tmp_path) -> None:
+    """A trimmed setup (or a new experiment version) makes a stored record stale: it is not published until rerun."""
+    import dataclasses
+
+    monkeypatch.setattr(experiments, "_registry", dict(EXPS))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    assert main(["run", "fake.coin", "--runs-dir", str(runs)]) == 0
+    trimmed = dataclasses.replace(COIN, setups={**COIN.setups,
+                                                "quick": dataclasses.replace(COIN.setups["quick"], n=7)})
+    monkeypatch.setattr(experiments, "_registry", {**EXPS, COIN.id: trimmed})
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "1 record(s) are stale" in out and "fake.coin" in out and "wrote 0 result summaries" in out
+    assert not (results / "quick").exists()
+    monkeypatch.setattr(experiments, "_registry", {**EXPS, COIN.id: dataclasses.replace(COIN, version="2")})
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    assert "1 record(s) are stale" in capsys.readouterr().out
+    monkeypatch.setattr(experiments, "_registry", dict(EXPS))  # the code the record ran on: published
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    assert "wrote 1 result summaries" in capsys.readouterr().out

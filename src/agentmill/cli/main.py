@@ -241,11 +241,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.save_results:
         from agentmill.experiments import registry
-        from agentmill.experiments.runner import load_record
+        from agentmill.experiments.runner import current_setup_hash, load_record
         from agentmill.report.results import save_summaries
 
         reg = registry()
         records = [r for i in reg if (r := load_record(Path(args.runs_dir), args.profile, i)) is not None]
+        # a published verdict has a record from the current code behind it: a record whose setup, version or read
+        # artefacts changed since it ran (a trim, a retrained drafter) is left out until it is rerun
+        stale = sorted(r.experiment_id for r in records if r.version != reg[r.experiment_id].version
+                       or r.setup_hash != current_setup_hash(reg[r.experiment_id], args.profile, r.model))
+        if stale:
+            console.print(f"[yellow]{len(stale)} record(s) are stale (setup, version or artefacts changed since they "
+                          f"ran) and were not published; rerun them: {', '.join(stale)}[/]")
+        records = [r for r in records if r.experiment_id not in stale]
         written = save_summaries(records, reg, args.results_dir)
         console.print(f"wrote {len(written)} result summaries to {Path(args.results_dir) / args.profile} "
                       f"({len(reg) - len(written)} experiments have no {args.profile} record in {args.runs_dir})")

@@ -313,8 +313,9 @@ class Experiment:
     ``requires`` names extras the experiment needs (``{"hf"}``); ``uses_model`` says whether ``--model`` matters.
     ``plots(data, out_dir)`` renders figures from the record's ``data``.
     ``parallel_safe`` marks an experiment that runs on one core and judges no wall-clock time or speed ratio, so
-    ``agentmill reproduce --jobs N`` may run it beside another such experiment without changing its result; every
-    other experiment runs alone (model experiments use both cores; timing experiments need a quiet machine).
+    ``agentmill reproduce --jobs N`` may run it beside another such experiment without changing what it measures
+    (model experiments among them run one torch thread each: two SmolLM2 samplers on one core each finish sooner
+    than one after the other on two); every other experiment runs alone (timing experiments need a quiet machine).
     """
 
     id: str

@@ -197,6 +197,14 @@ def executor_options(executor: str, ray_address: str | None) -> dict[str, Any]:
     return {"address": ray_address} if ray_address else {}
 
 
+def current_setup_hash(exp: Experiment, profile: str, model: str | None = None) -> str:
+    """The setup hash a run of ``exp`` at ``profile`` (no ``--set``) would store with this code and these artefacts:
+    a stored record with another hash is stale, and ``agentmill report --save-results`` will not publish it."""
+    setup = exp.setup_for(profile)
+    model_spec = (model or DEFAULT_MODEL) if exp.uses_model else None
+    return setup_hash(setup, model_spec, read_artefacts(exp, setup, model_spec), __version__)
+
+
 def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None = None,
                    overrides: Mapping[str, str] | None = None, executor: str = "serial",
                    runs_dir: str | os.PathLike[str] = "runs", progress: Progress | None = None,

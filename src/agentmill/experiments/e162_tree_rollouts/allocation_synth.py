@@ -112,7 +112,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.allocation_synth",
-    quick_budget_s=20,
+    quick_budget_s=15,
     parallel_safe=True,
     title="E162 budget allocation across prompts (ABA-lite vs uniform, synthetic)",
     paper=PAPER,

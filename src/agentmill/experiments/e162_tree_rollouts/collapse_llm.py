@@ -276,8 +276,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.collapse_llm",
-    quick_budget_s=180,
+    quick_budget_s=525,
     title="E162 collapse law on a real LM: a fitted pool prior predicts fresh samples",
     paper=PAPER,
     claims=CLAIMS,

@@ -155,7 +155,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.greedy_submodular",
-    quick_budget_s=30,
+    quick_budget_s=25,
     parallel_safe=True,
     title="E162 the expansion objective is submodular; greedy ≥ 1 − 1/e",
     paper=PAPER,

@@ -282,8 +282,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.tree_llm",
-    quick_budget_s=180,
+    quick_budget_s=415,
     title="E162 tree rollouts on a real LM (SmolLM2 arithmetic, KV-cache forks)",
     paper=PAPER,
     claims=CLAIMS,

@@ -272,7 +272,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.tree_synth",
-    quick_budget_s=60,
+    quick_budget_s=55,
     parallel_safe=True,
     title="E162 tree rollouts vs independent sampling (synthetic chain model)",
     paper=PAPER,

@@ -120,7 +120,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e162.uucb_grid",
-    quick_budget_s=90,
+    quick_budget_s=60,
     parallel_safe=True,
     title="E162 UUCB robustness: a (c, λ, m) grid on the synthetic pool",
     paper=PAPER,

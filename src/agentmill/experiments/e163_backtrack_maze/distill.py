@@ -155,7 +155,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e163.maze_distill",
-    quick_budget_s=60,
+    quick_budget_s=50,
     parallel_safe=True,
     title="E163 maze: distilling RLVR traces transfers backtracking; stripped traces do not",
     paper=PAPER,

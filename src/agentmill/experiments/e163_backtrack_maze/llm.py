@@ -112,8 +112,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e163.maze_llm",
-    quick_budget_s=120,
+    quick_budget_s=285,
     title="E163 text maze on a real LM: does SFT on golden paths teach backtracking?",
     paper=PAPER,
     claims=CLAIMS,

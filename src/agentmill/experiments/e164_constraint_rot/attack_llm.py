@@ -376,8 +376,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e164.constraint_rot_attack_llm",
-    quick_budget_s=90,
+    quick_budget_s=55,
     title="E164 CR-8f: the compaction-eviction attack against a SmolLM2 summariser (reported) + transfer",
     paper=PAPER,
     claims=CLAIMS,

@@ -313,7 +313,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_compression",
-    quick_budget_s=120,
+    quick_budget_s=140,
     parallel_safe=True,
     title="E164 CR-5 (exact) + CR-8 deterministic + NC-9: compression ratio and the eviction attack vs survival",
     paper=PAPER,

@@ -365,8 +365,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e164.constraint_rot_crossing",
-    quick_budget_s=60,
+    quick_budget_s=15,
     title="E164 CR-10: summarisers × actors on identical inputs (V[s][a], η²_S vs η²_A)",
     paper=PAPER,
     claims=CLAIMS,

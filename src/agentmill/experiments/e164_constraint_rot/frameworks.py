@@ -576,8 +576,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e164.constraint_rot_frameworks",
-    quick_budget_s=120,
+    quick_budget_s=15,
     title="E164 CR-12: AutoGen buffer and LangChain summarisation erase the rule; pinning restores it",
     paper=PAPER,
     claims=CLAIMS,

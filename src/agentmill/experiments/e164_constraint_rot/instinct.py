@@ -396,8 +396,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e164.constraint_rot_instinct",
-    quick_budget_s=60,
+    quick_budget_s=30,
     title="E164 CR-7: soft vs hard rule decay, no-prior organism (harness check) and instinct organism (positive "
           "control)",
     paper=PAPER,

@@ -435,8 +435,9 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e164.constraint_rot_organism",
-    quick_budget_s=60,
+    quick_budget_s=20,
     title="E164 CR-2/3/4/6/11 + NC-3/4/5/7/8: governance decay measured with the LoRA model organism",
     paper=PAPER,
     claims=CLAIMS,

@@ -163,7 +163,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_advantage_quality",
-    quick_budget_s=30,
+    quick_budget_s=50,
     parallel_safe=True,
     title="E165 G-3: G2PO-style graph advantages as progress detectors vs GRPO and GiGPO",
     paper=PAPER,

@@ -198,7 +198,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_llm_advantage_quality",
-    quick_budget_s=60,
+    quick_budget_s=25,
     title="E165 G-8/G-9: G2PO-style advantages on LM-policy rollouts (and the LM overhead row)",
     paper=PAPER,
     claims=CLAIMS,

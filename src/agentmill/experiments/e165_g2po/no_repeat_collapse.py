@@ -187,7 +187,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_no_repeat_collapse",
-    quick_budget_s=30,
+    quick_budget_s=45,
     parallel_safe=True,
     title="E165 G-4: no repeated states ⇒ G2PO-style equals GRPO; the gain tracks the repeat rate",
     paper=PAPER,

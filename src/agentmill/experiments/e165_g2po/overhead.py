@@ -322,7 +322,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_overhead",
-    quick_budget_s=45,
+    quick_budget_s=25,
     title="E165 G-9 / PERF-1..4: graph bookkeeping cost vs rollouts, estimator scaling",
     paper=PAPER,
     claims=CLAIMS,

@@ -175,7 +175,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_td_covariance",
-    quick_budget_s=30,
+    quick_budget_s=15,
     parallel_safe=True,
     title="E165 G-2: correlated node values make TD errors less noisy (P4)",
     paper=PAPER,

@@ -158,7 +158,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_value_variance",
-    quick_budget_s=30,
+    quick_budget_s=5,
     parallel_safe=True,
     title="E165 G-1: node-averaged values vs single-trajectory returns against exact V^π",
     paper=PAPER,

@@ -181,7 +181,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_exactness",
-    quick_budget_s=10,
+    quick_budget_s=5,
     parallel_safe=True,
     title="E173 P-1: β·log(π*/π_ref) = A* on random KL-regularised MDPs solved exactly",
     paper=PAPER,

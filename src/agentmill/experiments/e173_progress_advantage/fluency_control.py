@@ -159,7 +159,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_fluency_control",
-    quick_budget_s=60,
+    quick_budget_s=10,
     parallel_safe=True,
     title="E173 P-5: the reference ratio removes fluency from the step grade",
     paper=PAPER,

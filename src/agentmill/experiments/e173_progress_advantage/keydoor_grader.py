@@ -389,7 +389,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_keydoor_grader",
-    quick_budget_s=60,
+    quick_budget_s=25,
     parallel_safe=True,
     title="E173 P-4: an approximately KL-trained tabular pair grades KeyDoor steps",
     paper=PAPER,

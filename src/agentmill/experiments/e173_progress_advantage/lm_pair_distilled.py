@@ -212,7 +212,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_lm_pair_distilled",
-    quick_budget_s=60,
+    quick_budget_s=40,
     parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E173 P-6a: an LM pair distilled to the exact soft optimum recovers A*",
     paper=PAPER,

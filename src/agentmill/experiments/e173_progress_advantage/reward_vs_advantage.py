@@ -137,7 +137,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_reward_vs_advantage",
-    quick_budget_s=30,
+    quick_budget_s=5,
     parallel_safe=True,
     title="E173 P-2: β·log(π*/π_ref) is the advantage, not the reward, under stochastic transitions",
     paper=PAPER,

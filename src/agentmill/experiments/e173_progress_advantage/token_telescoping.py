@@ -106,7 +106,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_token_telescoping",
-    quick_budget_s=10,
+    quick_budget_s=5,
     parallel_safe=True,
     title="E173 P-3: token log-ratios telescope to the step advantage",
     paper=PAPER,

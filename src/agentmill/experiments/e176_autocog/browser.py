@@ -186,7 +186,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.browser",
-    quick_budget_s=60,
+    quick_budget_s=20,
     title="E176 AutoCog: the participant task survives a real headless browser",
     paper=PAPER,
     claims=CLAIMS,

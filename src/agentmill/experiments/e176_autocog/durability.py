@@ -120,7 +120,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.durability",
-    quick_budget_s=60,
+    quick_budget_s=15,
     title="E176 AutoCog: trial submission survives load, duplicates and a server kill -9",
     paper=PAPER,
     claims=CLAIMS,

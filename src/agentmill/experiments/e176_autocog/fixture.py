@@ -174,7 +174,7 @@ def _reads(s: Setup, model: str | None) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.fixture",
-    quick_budget_s=20,
+    quick_budget_s=35,
     parallel_safe=True,
     title="E176 AutoCog: the authors' human runs and theory code replayed (leaderboards, metric values, YAMLs)",
     paper=PAPER,

@@ -144,7 +144,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.gate",
-    quick_budget_s=20,
+    quick_budget_s=10,
     parallel_safe=True,
     title="E176 AutoCog: the discrimination gate is calibrated and its designs are decisive",
     paper=PAPER,

@@ -188,7 +188,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.library",
-    quick_budget_s=20,
+    quick_budget_s=10,
     parallel_safe=True,
     title="E176 AutoCog: one weighting dial, DR-WADD nesting, and the library's reference semantics",
     paper=PAPER,

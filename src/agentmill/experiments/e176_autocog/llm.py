@@ -204,7 +204,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.llm",
-    quick_budget_s=60,
+    quick_budget_s=70,
     parallel_safe=True,
     title="E176 AutoCog: LLM roles end to end over a loopback OpenAI-compatible stub",
     paper=PAPER,

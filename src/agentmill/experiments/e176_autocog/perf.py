@@ -661,7 +661,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.perf",
-    quick_budget_s=60,
+    quick_budget_s=30,
     title="E176 AutoCog: performance targets P1-P4 (simulation, sandbox, one round, trial PUT)",
     paper=PAPER,
     claims=CLAIMS,

@@ -194,7 +194,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.resume",
-    quick_budget_s=60,
+    quick_budget_s=155,
     parallel_safe=True,
     title="E176 AutoCog: a killed run resumes byte-identically with a complete audit trail",
     paper=PAPER,

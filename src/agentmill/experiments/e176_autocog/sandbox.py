@@ -194,7 +194,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.sandbox",
-    quick_budget_s=30,
+    quick_budget_s=20,
     title="E176 AutoCog: the sandbox contains bad theory code",
     paper=PAPER,
     claims=CLAIMS,

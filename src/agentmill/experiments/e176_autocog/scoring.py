@@ -102,7 +102,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.scoring",
-    quick_budget_s=20,
+    quick_budget_s=70,
     parallel_safe=True,
     title="E176 AutoCog: scoring on all data favours the true theory",
     paper=PAPER,

@@ -141,6 +141,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    quick_budget_s=5,
     id="e179.counterexample",
     parallel_safe=True,
     title="DSpark App.-A counterexample: retrospective search is biased, early stop and stale capacity are exact",

@@ -257,6 +257,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    quick_budget_s=100,
     id="e179.load_vs_fixed",
     title="DSpark scheduler under closed-loop load: frontier vs fixed verify lengths (La, Lb, Lc, Le)",
     paper=PAPER,

@@ -163,6 +163,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    quick_budget_s=45,
     id="e179.lossless_exact",
     parallel_safe=True,
     title="DSpark exact losslessness of every causal verify-length policy (T1, NC-1b, NC-3, NC-4)",

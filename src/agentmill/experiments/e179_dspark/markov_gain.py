@@ -258,6 +258,8 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
+    quick_budget_s=725,
+    parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e179.markov_gain",
     title="DSpark correction head: acceptance length at equal compute (A1, A2)",
     paper=PAPER,

@@ -146,6 +146,7 @@ def _serve_table(engine: Any) -> Any:
 
 
 EXPERIMENT = Experiment(
+    quick_budget_s=120,
     id="e179.server",
     title="DSpark served over the OpenAI-compatible API: HTTP vs in-process decode speed",
     paper=PAPER,
