@@ -46,9 +46,9 @@ reproduce: install browser-deps sandbox-deps
 
 # Two pytest-xdist workers, one compute thread each (tests/conftest.py): most of the suite waits on child processes,
 # servers and model loads, so two workers on two cores take about half the wall time. Ray tests share one worker.
-# The `cli_suite` tests (every paper's smoke profile through `agentmill reproduce`, as a user runs it) take ~15
-# worker-minutes: more than CI's budget allows until the per-experiment smoke tests they duplicate are retired.
-# `make smoke-suite` runs them.
+# The `cli_suite` tests (every paper's smoke profile through `agentmill reproduce`, as a user runs it) do not fit
+# CI's budget: even with the per-experiment smoke tests reading their records, tests/experiments + tests/cli took
+# 21 min 40 s on 2 workers (2026-11-28, AVX2 EPYC; branch wip/issue24-cli-smoke-dedup). `make smoke-suite` runs them.
 test: install browser-deps sandbox-deps
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup -m "not cli_suite" $(PYTEST_ARGS)
 

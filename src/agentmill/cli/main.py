@@ -241,15 +241,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.save_results:
         from agentmill.experiments import registry
-        from agentmill.experiments.runner import current_setup_hash, load_record
+        from agentmill.experiments.runner import current_setup_hash, is_current, load_record
         from agentmill.report.results import save_summaries
 
         reg = registry()
         records = [r for i in reg if (r := load_record(Path(args.runs_dir), args.profile, i)) is not None]
         # a published verdict has a record from the current code behind it: a record whose setup, version or read
         # artefacts changed since it ran (a trim, a retrained drafter) is left out until it is rerun
-        stale = sorted(r.experiment_id for r in records if r.version != reg[r.experiment_id].version
-                       or r.setup_hash != current_setup_hash(reg[r.experiment_id], args.profile, r.model))
+        stale = sorted(r.experiment_id for r in records if not is_current(
+            r, reg[r.experiment_id], current_setup_hash(reg[r.experiment_id], args.profile, r.model)))
         if stale:
             console.print(f"[yellow]{len(stale)} record(s) are stale (setup, version or artefacts changed since they "
                           f"ran) and were not published; rerun them: {', '.join(stale)}[/]")

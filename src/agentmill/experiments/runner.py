@@ -198,11 +198,17 @@ def executor_options(executor: str, ray_address: str | None) -> dict[str, Any]:
 
 
 def current_setup_hash(exp: Experiment, profile: str, model: str | None = None) -> str:
-    """The setup hash a run of ``exp`` at ``profile`` (no ``--set``) would store with this code and these artefacts:
-    a stored record with another hash is stale, and ``agentmill report --save-results`` will not publish it."""
+    """The setup hash a run of ``exp`` at ``profile`` (no ``--set``) would store with this code and these artefacts."""
     setup = exp.setup_for(profile)
     model_spec = (model or DEFAULT_MODEL) if exp.uses_model else None
     return setup_hash(setup, model_spec, read_artefacts(exp, setup, model_spec), __version__)
+
+
+def is_current(rec: RunRecord, exp: Experiment, shash: str) -> bool:
+    """Whether ``rec`` is what a run of ``exp`` with setup hash ``shash`` would compute now: same setup, version and
+    artefacts (also those found only while measuring). Resume reuses only such a record, and ``agentmill report
+    --save-results`` publishes only such a record (a trim or a retrained drafter means a rerun)."""
+    return rec.setup_hash == shash and rec.version == exp.version and not _declared_changed(rec)
 
 
 def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None = None,
@@ -235,8 +241,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
     shash = setup_hash(setup, model_spec, artefacts, __version__)
     if resume:
         old = load_record(runs_dir, profile, exp.id)
-        if old is not None and old.status == "ok" and old.setup_hash == shash and old.version == exp.version \
-                and not _declared_changed(old):
+        if old is not None and old.status == "ok" and is_current(old, exp, shash):
             return old
 
     import dataclasses

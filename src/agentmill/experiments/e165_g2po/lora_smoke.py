@@ -150,7 +150,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_lora_smoke",
-    quick_budget_s=55,
+    quick_budget_s=25,
     parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E165 G-10 (optional): GRPO / GiGPO / G2PO-style LoRA training of SmolLM2 — smoke, no verdict",
     paper=PAPER,
