@@ -407,7 +407,7 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
 
 # -- the worker pool of ``run_suite(jobs > 1)`` ----------------------------------------------------------------------
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "AGENTMILL_TORCH_THREADS": "1"}
+               "AGENTMILL_TORCH_THREADS": "1", "AGENTMILL_THREAD_CAP": "1"}
 _WORKER_QUEUE: Any = None
 
 

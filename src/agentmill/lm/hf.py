@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core import paths
+from agentmill.core.machine import capped_threads
 from agentmill.core.records import atomic_target, write_json_atomic
 from agentmill.lm.base import (Completion, ForwardOutput, GenerateConfig, HookHandle, LMError, MissingExtraError,
                                Prompt, as_messages, plain_transcript)
@@ -221,7 +222,7 @@ def load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int)
         warnings.warn("hf: bfloat16 on this CPU decodes ~2.4x faster but prefills 2-4x slower than float32 "
                       "(ARCHITECTURE.md §3)", stacklevel=3)
     # AGENTMILL_TORCH_THREADS overrides the default of 2: on a shared 2-core machine 1 thread avoids spin-waits.
-    torch.set_num_threads(threads or int(os.environ.get("AGENTMILL_TORCH_THREADS", "2")))
+    torch.set_num_threads(capped_threads(threads or int(os.environ.get("AGENTMILL_TORCH_THREADS", "2"))))
     torch_dtype = getattr(torch, dtype)
     directory, gguf = resolve_source(rest)
     source = directory / gguf if gguf else directory

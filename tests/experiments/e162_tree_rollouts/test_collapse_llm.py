@@ -76,3 +76,17 @@ def test_bad_setup_is_rejected(tmp_path) -> None:
     exp = get("e162.collapse_llm")
     with pytest.raises(ValueError, match="samples must be even"):
         exp.measure(dataclasses.replace(exp.setups["smoke"], samples=5), _ctx(tmp_path, CountingLM()))
+
+
+def test_quick_records_observed_values_and_judges_nothing(tmp_path) -> None:
+    """Quick is a pipeline check (issue 24): the R2 and NC1 metrics are kept as ``<metric>_observed`` and the claims
+    come out not judged, with the reason naming full."""
+    exp = get("e162.collapse_llm")
+    ctx = dataclasses.replace(_ctx(tmp_path, CountingLM()), profile="quick")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    metrics = [c.metric for c in exp.claims]
+    assert not set(metrics) & set(m) and {f"{k}_observed" for k in metrics} <= set(m)
+    verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
+    assert set(verdicts.values()) == {"not_judged"} and all("judged at full" in r for r in reasons.values())
+    full = exp.judge_with_reasons("full", exp.measure(exp.setups["smoke"], _ctx(tmp_path, CountingLM())))[0]
+    assert "not_judged" not in full.values()

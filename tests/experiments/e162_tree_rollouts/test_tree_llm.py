@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -97,9 +99,9 @@ def test_too_few_hard_prompts_is_a_clear_error(tmp_path) -> None:
         exp.measure(setup, _ctx(tmp_path, CountingWhiteBox()))
 
 
-def test_only_the_smoke_setup_widens_the_hard_cut(tmp_path) -> None:
-    """Quick and full pick hard prompts by the spec's 0 < p̂ <= 0.25; the smoke setup (a SmokeSetup, so the other
-    setups keep their fields and hashes) takes every prompt solved at least once."""
+def test_only_the_unjudged_setups_widen_the_hard_cut(tmp_path) -> None:
+    """Full picks hard prompts by the spec's 0 < p̂ <= 0.25; the setups that judge nothing (smoke and quick, each a
+    SmokeSetup, so the full setup keeps its fields and hash) take every prompt solved at least once."""
     import dataclasses
 
     from agentmill.experiments.e162_tree_rollouts.tree_llm import HARD_MAX, Setup, SmokeSetup
@@ -107,7 +109,7 @@ def test_only_the_smoke_setup_widens_the_hard_cut(tmp_path) -> None:
     exp = get("e162.tree_llm")
     smoke = exp.setups["smoke"]
     assert isinstance(smoke, SmokeSetup) and smoke.hard_max > HARD_MAX == 0.25
-    assert type(exp.setups["quick"]) is type(exp.setups["full"]) is Setup
+    assert isinstance(exp.setups["quick"], SmokeSetup) and type(exp.setups["full"]) is Setup
     spec_cut = Setup(**{f.name: getattr(smoke, f.name) for f in dataclasses.fields(Setup)})
     ids = [t.prompt_id for t in make_pool(smoke.calib_prompts, smoke.seed)]
     picked = {}
@@ -117,3 +119,18 @@ def test_only_the_smoke_setup_widens_the_hard_cut(tmp_path) -> None:
         exp.measure(setup, ctx)
         picked[name] = ctx.data["hard"]
     assert picked == {"smoke": [ids[0], ids[2]], "spec": [ids[4], ids[7]]}
+
+
+def test_quick_records_observed_values_and_judges_nothing(tmp_path) -> None:
+    """Quick is a pipeline check (issue 24): every claim metric is kept as ``<metric>_observed`` and the claims come
+    out not judged, with the reason naming full, never inconclusive."""
+    exp = get("e162.tree_llm")
+    setup = exp.setups["smoke"]
+    _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2] + [0] * 8)
+    ctx = _ctx(tmp_path, CountingWhiteBox(), profile="quick")
+    m = exp.measure(setup, ctx)
+    metrics = [c.metric for c in exp.claims]
+    assert not set(metrics) & set(m) and {f"{k}_observed" for k in metrics} <= set(m)
+    verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
+    assert set(verdicts.values()) == {"not_judged"}
+    assert all("judged at full" in r for r in reasons.values())

@@ -67,3 +67,29 @@ def test_server_smoke(art):
     m = exp.measure(exp.setups["smoke"], ctx)
     assert m["srv_http_over_direct"].value > 0 and len(ctx.data["http_tps"]) == len(ctx.data["direct_tps"]) == 2
     assert m["srv_http_over_direct"].method == "t_repeats" and m["srv_http_over_direct"].n == 2
+
+
+@pytest.mark.slow
+def test_markov_gain_quick_trains_on_a_prefix_and_judges_nothing(art):
+    """Quick (issue 24) trains on the first sequences of the corpus and keeps A1/A2 as observed values only."""
+    import dataclasses
+
+    exp = get("e179.markov_gain")
+    setup = dataclasses.replace(exp.setups["smoke"], corpus_take=8)
+    ctx = RunContext(profile="quick", model="none", executor=make_executor("serial"), work_dir=art / "mgq")
+    m = exp.measure(setup, ctx)
+    assert {"a1_tau_ratio_observed", "a2_drop_ratio_observed"} <= set(m) and "a1_tau_ratio" not in m
+    verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
+    assert set(verdicts.values()) == {"not_judged"} and all("judged at full" in r for r in reasons.values())
+    assert list((art / "artifacts").rglob("*-first8.jsonl"))
+
+
+def test_first_sequences_takes_a_prefix_and_refuses_more_than_there_is(tmp_path):
+    from agentmill.experiments.e179_dspark.markov_gain import _first_sequences
+
+    corpus = tmp_path / "corpus-train-3x4.jsonl"
+    corpus.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
+    out = _first_sequences(corpus, 2, tmp_path / "art")
+    assert out.read_text() == '{"a": 1}\n{"a": 2}\n' and out.name == "corpus-train-3x4-first2.jsonl"
+    with pytest.raises(ValueError, match="has 3 sequences"):
+        _first_sequences(corpus, 4, tmp_path / "art")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentmill.core.machine import capped_threads
 from agentmill.lm.engine.config import EngineConfig, LlamaConfig
 from agentmill.lm.engine.kv import KVPool
 from agentmill.lm.engine.model import ForwardOut, LlamaForward, RaggedBatch
@@ -53,7 +54,7 @@ class LlamaEngine:
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
         self.fingerprint = f"{fingerprint}:{ecfg.dtype}" if fingerprint else ecfg.dtype
-        self._threads = ecfg.threads
+        self._threads = capped_threads(ecfg.threads)
         torch.set_num_threads(self._threads)
 
     # ------------------------------------------------------------------ construction
