@@ -99,6 +99,21 @@ def test_too_few_hard_prompts_is_a_clear_error(tmp_path) -> None:
         exp.measure(setup, _ctx(tmp_path, CountingWhiteBox()))
 
 
+def test_a_judging_setup_needs_two_hard_prompts_a_pipeline_check_one(tmp_path) -> None:
+    from agentmill.experiments.e162_tree_rollouts.tree_llm import Setup
+
+    exp = get("e162.tree_llm")
+    smoke = exp.setups["smoke"]
+    judging = Setup(**{f.name: getattr(smoke, f.name) for f in dataclasses.fields(Setup)})
+    _write_calibration(tmp_path / "j", judging, [1] + [0] * 15)  # one prompt with 0 < p̂ <= 0.25
+    with pytest.raises(ValueError, match="only 1 hard prompts"):
+        exp.measure(judging, _ctx(tmp_path / "j", CountingWhiteBox()))
+    _write_calibration(tmp_path / "p", smoke, [1] + [0] * 15)
+    ctx = _ctx(tmp_path / "p", CountingWhiteBox())
+    exp.measure(smoke, ctx)
+    assert len(ctx.data["hard"]) == 1
+
+
 def test_only_the_unjudged_setups_widen_the_hard_cut(tmp_path) -> None:
     """Full picks hard prompts by the spec's 0 < p̂ <= 0.25; the setups that judge nothing (smoke and quick, each a
     SmokeSetup, so the full setup keeps its fields and hash) take every prompt solved at least once."""

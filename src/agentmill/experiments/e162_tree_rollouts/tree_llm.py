@@ -84,6 +84,9 @@ class SmokeSetup(Setup):
 
     hard_max: float = 1.0
     """Hard prompts: 0 < p̂ <= hard_max."""
+    min_hard: int = 1
+    """Fewest hard prompts to grow trees on. A run that judges needs two; a pipeline check runs on one, so a host
+    whose sampling misses one of the quick pool's two level-1 prompts (SmolLM2 solves no other level) still runs."""
 
 
 SETUPS = {
@@ -160,7 +163,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     cut = getattr(s, "hard_max", HARD_MAX)  # only the smoke setup widens it (SmokeSetup)
     hard = [pid for pid in tasks if 0 < rate[pid] <= cut][: s.hard]
     lake = [pid for pid in tasks if rate[pid] == 0][: s.lake]
-    if len(hard) < 2:
+    if len(hard) < getattr(s, "min_hard", 2):  # only the unjudged setups lower it (SmokeSetup)
         raise ValueError(f"the calibration pool has only {len(hard)} hard prompts (0 < p̂ <= {cut:g}); "
                          "raise calib_prompts")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
