@@ -94,6 +94,26 @@ def test_smoke_profile_never_judges() -> None:
     assert set(COIN.judge("smoke", {"mean": Estimate.exact(0.5)}).values()) == {"not_judged"}
 
 
+def test_a_quick_check_experiment_keeps_observed_values_and_judges_at_full_only() -> None:
+    """``quick_check`` (issue 24): at quick the claim metrics become ``<metric>_observed`` with the reason, so every
+    claim is not judged and shows its value; smoke and full are untouched."""
+    import dataclasses
+
+    from tests.helpers.fake_experiments import COIN
+
+    exp = dataclasses.replace(COIN, quick_check="quick is a pipeline check: judged at full")
+    metric = COIN.claims[0].metric
+    m = {metric: Estimate(0.9, 0.8, 1.0, n=30), "other": Estimate.exact(1.0)}
+    data: dict = {}
+    quick = exp.for_profile("quick", m, data)
+    assert set(quick) == {f"{metric}_observed", "other"} and quick[f"{metric}_observed"] == m[metric]
+    verdicts, reasons = exp.judge_with_reasons("quick", quick, data)
+    assert set(verdicts.values()) == {"not_judged"}
+    assert set(reasons.values()) == {"quick is a pipeline check: judged at full"}
+    assert exp.for_profile("full", m, {}) == m and COIN.for_profile("quick", m, {}) == m
+    assert "not_judged" not in exp.judge("full", m).values()
+
+
 def test_registry_rejects_duplicates() -> None:
     with pytest.raises(DuplicateExperimentError):
         build_registry(("tests.helpers.fake_experiments_dup_a", "tests.helpers.fake_experiments_dup_b"))

@@ -333,6 +333,11 @@ class Experiment:
     quick_budget_s: float | None = None
     """Wall seconds this experiment may take at the quick profile on 2 cores (the main job's share: about a minute
     per paper, ARCHITECTURE.md §4); ``agentmill list`` shows it and a suite warns when a run takes over twice it."""
+    quick_check: str = ""
+    """Set when quick runs this experiment as a pipeline check only: the reason, naming where its claims are judged
+    (full, whose committed record every table shows beside quick). Its claim metrics are then kept as
+    ``<metric>_observed`` and its claims are ``not_judged`` at quick (:meth:`for_profile`). For experiments whose
+    claims quick cannot power within the main job's budget (ARCHITECTURE.md §4: heavy work runs at full)."""
     reads: Callable[[Any, str | None], Sequence[Path]] | None = None
     """``reads(setup, model)``: the files and folders the run reads whose content its result depends on (a trained
     drafter, a data fixture, a model named in the setup; ``--model``'s own files count without being listed, see
@@ -350,6 +355,13 @@ class Experiment:
         ids = [c.id for c in self.claims]
         if len(set(ids)) != len(ids):
             raise ValueError(f"experiment {self.id}: duplicate claim ids {ids}")
+
+    def for_profile(self, profile: str, metrics: Mapping[str, Estimate], data: dict[str, Any]) -> dict[str, Estimate]:
+        """``metrics`` as the record of a ``profile`` run keeps them: at quick, a :attr:`quick_check` experiment's
+        claim metrics become observed values (:func:`unjudged`), with its reason noted in ``data``."""
+        if profile == "quick" and self.quick_check:
+            return unjudged(metrics, [c.metric for c in self.claims], self.quick_check, data)
+        return dict(metrics)
 
     def setup_for(self, profile: str, overrides: Mapping[str, str] | None = None) -> Any:
         """The setup of ``profile`` with ``--set`` overrides parsed to each field's type."""

@@ -282,6 +282,7 @@ def run_experiment(exp: Experiment, *, profile: str = "quick", model: str | None
         bad = [k for k, v in metrics.items() if not isinstance(v, Estimate)]
         if bad:
             raise TypeError(f"measure() must return Estimates; got other types for {bad}")
+        metrics = exp.for_profile(profile, metrics, ctx.data)
         record.metrics = metrics
         record.verdicts, record.reasons = exp.judge_with_reasons(profile, metrics, ctx.data)
         record.data = ctx.data

@@ -83,7 +83,7 @@ def test_quick_records_observed_values_and_judges_nothing(tmp_path) -> None:
     come out not judged, with the reason naming full."""
     exp = get("e162.collapse_llm")
     ctx = dataclasses.replace(_ctx(tmp_path, CountingLM()), profile="quick")
-    m = exp.measure(exp.setups["smoke"], ctx)
+    m = exp.for_profile("quick", exp.measure(exp.setups["smoke"], ctx), ctx.data)
     metrics = [c.metric for c in exp.claims]
     assert not set(metrics) & set(m) and {f"{k}_observed" for k in metrics} <= set(m)
     verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)

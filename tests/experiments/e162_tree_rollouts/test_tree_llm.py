@@ -143,7 +143,7 @@ def test_quick_records_observed_values_and_judges_nothing(tmp_path) -> None:
     setup = exp.setups["smoke"]
     _write_calibration(tmp_path, setup, [1, 0, 1, 0, 4, 1, 0, 2] + [0] * 8)
     ctx = _ctx(tmp_path, CountingWhiteBox(), profile="quick")
-    m = exp.measure(setup, ctx)
+    m = exp.for_profile("quick", exp.measure(setup, ctx), ctx.data)
     metrics = [c.metric for c in exp.claims]
     assert not set(metrics) & set(m) and {f"{k}_observed" for k in metrics} <= set(m)
     verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)

@@ -77,7 +77,7 @@ def test_markov_gain_quick_trains_on_a_prefix_and_judges_nothing(art):
     exp = get("e179.markov_gain")
     setup = dataclasses.replace(exp.setups["smoke"], corpus_take=8)
     ctx = RunContext(profile="quick", model="none", executor=make_executor("serial"), work_dir=art / "mgq")
-    m = exp.measure(setup, ctx)
+    m = exp.for_profile("quick", exp.measure(setup, ctx), ctx.data)
     assert {"a1_tau_ratio_observed", "a2_drop_ratio_observed"} <= set(m) and "a1_tau_ratio" not in m
     verdicts, reasons = exp.judge_with_reasons("quick", m, ctx.data)
     assert set(verdicts.values()) == {"not_judged"} and all("judged at full" in r for r in reasons.values())
