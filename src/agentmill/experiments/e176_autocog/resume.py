@@ -16,7 +16,7 @@ before use, so besides the checks above the resumed ledger must hold exactly the
 (same head hash implies it) and the audit requires one before every LM-driven step. The stub counts HTTP requests:
 requests beyond the reference run's are LM calls made again after the kill — only a call in flight at the kill
 (asked, not yet recorded) can be, and it is reported, not judged. The loop is small (2 rounds, 8 designs per
-proposal, 24 reviser candidates) so that 5 + 5 kills fit the quick budget.
+proposal, 24 reviser candidates) so that 20 + 20 kills fit the full profile; quick (2 + 2) only checks the harness.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Setup:
     """Kill points of the Scripted-LM arm (0 = arm off)."""
 
 
-SETUPS = {"smoke": Setup(kills=1, rounds=1, n_designs=4, max_candidates=8, lm_kills=1), "quick": Setup(kills=5, lm_kills=5),
+SETUPS = {"smoke": Setup(kills=1, rounds=1, n_designs=4, max_candidates=8, lm_kills=1), "quick": Setup(kills=2, lm_kills=2),
           "full": Setup()}
 
 CLAIMS = (
@@ -195,6 +195,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     id="e176.resume",
     quick_budget_s=155,
+    quick_check="quick is a pipeline check (2 + 2 kill points): AC-8 is judged at full (20 + 20 kill points; "
+                "results/full)",
     parallel_safe=True,
     title="E176 AutoCog: a killed run resumes byte-identically with a complete audit trail",
     paper=PAPER,
@@ -203,6 +205,6 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     scale_note="Engineering claim, no model: a small programmatic run (2 rounds + validation, 8 designs per "
-               "proposal) killed with SIGKILL at 5 (quick) / 20 (full) uniformly drawn ledger events; the Scripted-LM "
+               "proposal) killed with SIGKILL at 2 (quick, not judged) / 20 (full) uniformly drawn ledger events; the Scripted-LM "
                "arm does the same with LLM roles over a scripted model served on loopback HTTP (no real LM).",
 )
