@@ -95,10 +95,10 @@ SETUPS = {
     # T = 100: at T = 20 the untrained tiny model says "look"/"wait" 80 % of the time and never succeeded in 20 steps
     # (first quick run: no reward, nothing to learn); at T = 100 it succeeds ~9 % of the time, a fluency-prior-like
     # reference as in P-4/P-5.
-    # Not judged at quick (an untrained tiny stand-in): 4 iterations and 10 held-out layouts show the whole
-    # pipeline (issue 24: 8 × 20 took 207 s of the main job on a 2-core AVX2 EPYC, 2026-11-28; 121 s on 2026-11-25's
-    # host). The verdict run is full.
-    "quick": Setup(model=TINY_QUICK, temperature=100.0, one_shot=False, iterations=4, n_test_layouts=10,
+    # Not judged at quick (an untrained tiny stand-in): 2 iterations and 6 held-out layouts show the whole
+    # pipeline (issue 24: 8 × 20 took 207 s of the main job on a 2-core AVX2 EPYC, 2026-11-28, 4 × 10 took 103 s).
+    # The verdict run is full.
+    "quick": Setup(model=TINY_QUICK, temperature=100.0, one_shot=False, iterations=2, n_test_layouts=6,
                    tasks_per_iter=4, max_steps=20, lr=3e-3, n_boot=500, judged=False),
     "full": Setup(),
 }
