@@ -78,6 +78,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for exp_id, exp in registry().items():
         rec = load_record(Path(args.runs_dir), args.profile, exp_id)
         budget = f"{exp.quick_budget_s:g} s" if exp.quick_budget_s is not None else "-"
+        if exp.quick_check:  # quick runs it as a pipeline check: its claims are judged at full
+            budget += "\n(check only; judged at full)"
         table.add_row(f"[bold]{exp_id}[/]", _needs(exp), budget, "", "",
                       "error" if rec and rec.status != "ok" else "", exp.title)
         for c in exp.claims:
