@@ -160,7 +160,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     calib = _calibration(s, ctx)
     rate = {r["prompt_id"]: float(np.mean(r["rewards"])) for r in calib}
     tasks = {t.prompt_id: (k, t) for k, t in enumerate(make_pool(s.calib_prompts, s.seed))}
-    cut = getattr(s, "hard_max", HARD_MAX)  # only the smoke setup widens it (SmokeSetup)
+    cut = getattr(s, "hard_max", HARD_MAX)  # only the unjudged setups widen it (SmokeSetup)
     hard = [pid for pid in tasks if 0 < rate[pid] <= cut][: s.hard]
     lake = [pid for pid in tasks if rate[pid] == 0][: s.lake]
     if len(hard) < getattr(s, "min_hard", 2):  # only the unjudged setups lower it (SmokeSetup)
@@ -306,6 +306,6 @@ EXPERIMENT = Experiment(
     version=VERSION,
     scale_note="SmolLM2-135M-Instruct (fp32, CPU), self-generated few-shot arithmetic, exact verifier; hard/lake "
                "subsets from a calibration of the e162.collapse_llm pool; equal generated tokens per arm. Rollout "
-               "statistics only: no RL training gain is claimed at 135M (pitfall 17). Quick grows 4 trees per arm at "
+               "statistics only: no RL training gain is claimed at 135M (pitfall 17). Quick grows up to 4 trees per arm at "
                "B = 96 and judges nothing.",
 )
