@@ -172,7 +172,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=150,
+    quick_budget_s=70,
     quick_check="quick is a pipeline check (8 + 8 prompts × 32 tokens): C1 and NC5 are judged at full (48 + 100 "
                 "prompts × 128 tokens; results/full)",
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
