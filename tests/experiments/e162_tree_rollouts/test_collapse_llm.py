@@ -39,6 +39,10 @@ def test_smoke_runs_and_plots(tmp_path) -> None:
     assert {"r2a_max_abs_err", "r2b_spearman", "r2c_lake_share", "nc1_collapse", "nc1_lake_mass"} <= set(m)
     # scripted:arith is right with probability 0.5 per sample, so the pass rate is near 0.5
     assert 0.3 < m["pass_rate"].value < 0.7
+    # the coin-flip control is a Monte Carlo number: judged on its bootstrap over prompts, never one draw (issue 24)
+    nc1 = m["nc1_collapse"]
+    assert nc1.lo <= nc1.value <= nc1.hi and nc1.method == "bootstrap" and nc1.n_boot == 20
+    assert m["nc1_lake_mass"].n_boot and m["nc1_lake_mass"].n == 8
     paths = exp.plots(json.loads(json.dumps(ctx.data)), tmp_path)  # plots work from a JSON round-trip
     assert len(paths) == 2 and all(p.exists() for p in paths)
 

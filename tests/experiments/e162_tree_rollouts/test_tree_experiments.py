@@ -42,6 +42,8 @@ def test_greedy_submodular_smoke(tmp_path):
     exp, m = _run("e162.greedy_submodular", tmp_path)
     assert m["r4a_violations"].value == 0 and m["r4b_share_above_bound"].value == 1.0
     assert m["nc2_violation_rate"].value > 0.01
+    nc2 = m["nc2_violation_rate"]  # a sampled rate: an interval over instances, not one number (issue 24)
+    assert nc2.lo < nc2.value < nc2.hi and nc2.n == 6
 
 
 def test_allocation_smoke(tmp_path):

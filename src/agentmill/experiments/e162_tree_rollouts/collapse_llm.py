@@ -29,10 +29,10 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.tree_rollouts.collapse import (collapse_unbiased, fit_pool_mixture, pool_collapse_curve,
                                                       predict_collapse)
 
-VERSION = "4"
+VERSION = "5"
 """Bumped whenever the analysis changes, so stored records are recomputed (from the checkpointed samples)
 (v3: the fitted pool's predicted collapse at G = 1024 is reported beside z0 + z1; v4: faster mixture fit with
-looser Nelder–Mead tolerances, in-run sampling throughput)."""
+looser Nelder–Mead tolerances, in-run sampling throughput; v5: NC1a/b judged on a bootstrap over prompts, not one coin draw)."""
 PLATEAU_G = 1024
 
 
@@ -193,10 +193,21 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     plateau = _with_ci(float(fit_all.expected_collapse(PLATEAU_G)), plateau_boot)
 
     # NC1: the same pipeline on fair-coin rewards of the same shape.
+    # Both are Monte Carlo numbers of one coin draw, so each is judged on its bootstrap over prompts (the same
+    # resamples as R2), never on the point alone.
     coins = (rng_for(s.seed, "nc1").random(R.shape) < 0.5).astype(float)
     G_nc = min(16, N)
-    nc1_c = float(np.mean([collapse_unbiased(int(k), N, G_nc) for k in coins.sum(1)]))
-    nc1_fit = fit_pool_mixture(_counts(coins))
+    nc1_per = np.array([collapse_unbiased(int(k), N, G_nc) for k in coins.sum(1)])
+    nc1_c = percentile_estimate(float(nc1_per.mean()), [float(nc1_per[ii].mean()) for ii in idx], n=len(R),
+                                method="bootstrap")
+    coin_counts = _counts(coins)
+    nc1_fit = fit_pool_mixture(coin_counts)
+    nc1_lake_boot = []
+    for ii in idx[: max(20, s.n_boot // 2)]:
+        try:
+            nc1_lake_boot.append(fit_pool_mixture([coin_counts[i] for i in ii]).lake_mass)
+        except ValueError:  # no fit on this resample: NaN, dropped and counted
+            nc1_lake_boot.append(np.nan)
 
     curve = pool_collapse_curve(counts, [g for g in (1, 2, 4, 8, 16, 32) if g <= N], n_boot=500, seed=s.seed)
     ctx.data.update({
@@ -223,8 +234,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         "frac_all_fail": Estimate.exact(float((ks == 0).mean()), n=len(R)),
         "frac_all_success": Estimate.exact(float((ks == N).mean()), n=len(R)),
         "pass_rate": bootstrap_ci(R.mean(1), seed=s.seed),
-        "nc1_collapse": Estimate.exact(nc1_c, n=len(R)),
-        "nc1_lake_mass": Estimate.exact(nc1_fit.lake_mass, n=len(R)),
+        "nc1_collapse": nc1_c,
+        "nc1_lake_mass": _with_ci(nc1_fit.lake_mass, nc1_lake_boot),
     }
     return out
 
