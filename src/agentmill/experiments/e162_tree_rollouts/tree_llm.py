@@ -292,7 +292,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.tree_llm",
-    quick_budget_s=85,
+    quick_budget_s=90,
     quick_check="quick is a pipeline check (trees on the solved and one lake prompt of a 12 × 8 pool at B = 96): "
                 "the claims are judged at full (24 hard and 8 lake prompts at B = 384; results/full)",
     title="E162 tree rollouts on a real LM (SmolLM2 arithmetic, KV-cache forks)",

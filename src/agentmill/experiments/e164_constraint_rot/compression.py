@@ -315,7 +315,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_compression",
-    quick_budget_s=55,
+    quick_budget_s=60,
     quick_check="quick is a pipeline check (40 episodes, a 4 × 1 attack search on 20 dev episodes): the claims are "
                 "judged at full (400 episodes, 16 × 4 on 200; results/full)",
     parallel_safe=True,

@@ -108,7 +108,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 EXPERIMENT = Experiment(
     id="e165.g2po_learning_textworld",
-    quick_budget_s=70,
+    quick_budget_s=65,
     parallel_safe=True,
     title="E165 G-7: learning TextWorld games with GRPO, GiGPO and G2PO-style advantages at equal samples",
     paper=PAPER,

@@ -274,7 +274,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_lm_pair_rl",
-    quick_budget_s=60,
+    quick_budget_s=65,
     parallel_safe=True,  # measure() runs torch on one thread and judges no time: it may share the cores
     title="E173 P-6b: an LM pair after ordinary KL-regularised RL grades steps on held-out layouts",
     paper=PAPER,

@@ -194,7 +194,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.resume",
-    quick_budget_s=70,
+    quick_budget_s=105,
     quick_check="quick is a pipeline check (2 + 2 kill points): AC-8 is judged at full (20 + 20 kill points; "
                 "results/full)",
     parallel_safe=True,

@@ -225,7 +225,7 @@ def _reads(s: Setup, model: str | None) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.strawman",
-    quick_budget_s=70,
+    quick_budget_s=140,
     parallel_safe=True,
     title="E176 AutoCog: argmax seeds are strawmen against people and a noisy population (NC-7)",
     paper=PAPER,

@@ -280,7 +280,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=250,
+    quick_budget_s=290,
     quick_check="quick is a pipeline check (10 + 10 training steps on 64 sequences, 6 held-out prompts): A1 and A2 "
                 "are judged at full (1,000 + 1,000 steps, 200 prompts)",
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
