@@ -72,14 +72,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(title="agentmill experiments",
                   caption="needs: the extras an experiment runs with ([red]red[/]: not installed here; "
                           "pip install 'agentmill\\[<extra>]'); model experiments also need their --model's backend "
-                          "(the default hf:smollm2 needs 'hf')")
+                          "(the default hf:smollm2 needs 'hf'). A quick budget marked 'check only': quick runs the "
+                          "experiment as a pipeline check and its claims are judged at full")
     for col in ("experiment", "needs", "quick budget", "claim", "test", f"verdict ({args.profile})", "title / claim"):
         table.add_column(col)
     for exp_id, exp in registry().items():
         rec = load_record(Path(args.runs_dir), args.profile, exp_id)
         budget = f"{exp.quick_budget_s:g} s" if exp.quick_budget_s is not None else "-"
         if exp.quick_check:  # quick runs it as a pipeline check: its claims are judged at full
-            budget += "\n(check only; judged at full)"
+            budget += "\ncheck only"
         table.add_row(f"[bold]{exp_id}[/]", _needs(exp), budget, "", "",
                       "error" if rec and rec.status != "ok" else "", exp.title)
         for c in exp.claims:
