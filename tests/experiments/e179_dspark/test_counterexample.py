@@ -64,3 +64,14 @@ def test_lossless_mc_smoke_detects_the_retrospective_search(tmp_path):
     assert m["t2_min_holm_p"].value > 1e-4          # a causal policy passes even at 2k samples
     assert m["t2_retro_p"].value < 1e-3             # and the trap is visible already
     assert exp.plots(ctx.data, tmp_path)
+
+
+def test_lossless_mc_draw_consumes_the_generator_as_choice_does():
+    """``_draw`` replaces ``rng.choice(V, p=p)`` in the Monte Carlo loop: the same draws from the same stream."""
+    import numpy as np
+
+    from agentmill.experiments.e179_dspark.lossless_mc import _cdf, _draw
+
+    ps = np.random.default_rng(1).dirichlet(np.ones(6), size=20)
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    assert [int(a.choice(6, p=ps[i % 20])) for i in range(2000)] == [_draw(b, _cdf(ps[i % 20])) for i in range(2000)]

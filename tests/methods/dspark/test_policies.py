@@ -144,3 +144,15 @@ def test_profile_interleaves_b_and_survives_a_contention_burst():
     assert t.raw_step_seconds is not None and len(t.raw_step_seconds["r=1,ctx=64"]) == 4
     clean = [0.01 * (1 + 0.1 * (b - 1)) for b in (1, 2, 4, 8)]
     assert max(abs(a - b) / b for a, b in zip(row, clean)) < 1e-9   # the median of 3 discards one slow sweep
+
+
+def test_sps_table_lookup_matches_numpy_interp_at_every_bucket_and_between_points():
+    """The scheduler's fast lookup (bucket cached per (R, ctx), pure-Python interpolation) gives np.interp's values."""
+    rng = np.random.default_rng(0)
+    B = [1, 2, 4, 8, 16]
+    rows = {SPSTable.key(r, c): sorted(rng.uniform(0.01, 0.2, len(B))) for r in (1, 4) for c in (128, 512)}
+    t = SPSTable(B, [1, 4], [128, 512], rows)
+    for b in range(1, 17):
+        for R, ctx, key in ((1, 100, "r=1,ctx=128"), (3, 400, "r=4,ctx=512"), (2, 320, "r=1,ctx=128"),
+                            (9, 9000, "r=4,ctx=512")):
+            assert t.step_time(b, R, ctx) == pytest.approx(float(np.interp(b, B, rows[key])), rel=1e-12, abs=0)

@@ -44,7 +44,14 @@ class Setup:
     """Seed of the golden-step sampler."""
 
 
-SETUPS = {"smoke": Setup(steps=2, batch=2), "quick": Setup(steps=30), "full": Setup()}
+SETUPS = {
+    "smoke": Setup(steps=2, batch=2),
+    # quick checks the pipeline on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): the spec's 30 quick
+    # steps were 85% of a 256 s run (~7 s per full-parameter AdamW step on one thread), and R5L is judged at full
+    # (100 steps), whose committed record the tables show beside quick.
+    "quick": Setup(steps=4),
+    "full": Setup(),
+}
 
 CLAIMS = (
     Claim("E163-R5L", "SFT on golden maze paths does not teach a language model to backtrack: the change of "
@@ -114,7 +121,8 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e163.maze_llm",
-    quick_budget_s=285,
+    quick_budget_s=70,
+    quick_check="quick is a pipeline check (4 SFT steps): R5L is judged at full (100 steps; results/full)",
     title="E163 text maze on a real LM: does SFT on golden paths teach backtracking?",
     paper=PAPER,
     claims=CLAIMS,
@@ -124,7 +132,7 @@ EXPERIMENT = Experiment(
     uses_model=True,
     requires=frozenset({"hf"}),
     scale_note="Optional probe [R]: SmolLM2-135M-Instruct (embedded), full-parameter AdamW lr 1e-5, batch 8, "
-               "30 (quick) / 100 (full) steps on golden steps of a W=4, K=4, L=2 text maze; P(B) over 12 contexts "
+               "4 (quick, a pipeline check) / 100 (full) steps on golden steps of a W=4, K=4, L=2 text maze; P(B) over 12 contexts "
                "per facing. The paper's experiments are synthetic and tabular-scale [S]; no LM result is claimed "
                "by the paper. The optional REINFORCE phase of the spec is not implemented.",
 )

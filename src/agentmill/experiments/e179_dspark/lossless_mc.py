@@ -75,11 +75,25 @@ def _model() -> tuple[Any, np.ndarray, np.ndarray]:
     return tgt, q_base, np.array([0.95 if x % 2 == 0 else 0.05 for x in range(V)])
 
 
+def _cdf(p: np.ndarray) -> np.ndarray:
+    """Normalised cumulative sums along the last axis, as ``Generator.choice`` builds them."""
+    c = np.cumsum(p, axis=-1)
+    return c / c[..., -1:]
+
+
+def _draw(rng: np.random.Generator, cdf: np.ndarray) -> int:
+    return int(cdf.searchsorted(rng.random(), side="right"))
+
+
 def simulate(policy: str, n: int, seed: int) -> np.ndarray:
     """``n`` i.i.d. length-4 continuations of the measured request (each from its own simulated batch)."""
     from agentmill.methods.dspark.policies import make_policy, schedule
 
     tgt, q_base, conf_of_prev = _model()
+    # The target depends on the last two tokens only: its V × V next-token rows, computed once. Draws go through
+    # ``_draw``, which consumes the generator exactly as ``rng.choice(V, p=...)`` does (same samples, ~10× faster).
+    P = np.array([[tgt.p((a, b)) for b in range(V)] for a in range(V)])
+    q_cdf, p_cdf = _cdf(q_base), _cdf(P)
     sps = _sps()
     pol = make_policy(policy, sps) if policy != "retrospective" else None
     rng = np.random.default_rng(seed)
@@ -91,7 +105,7 @@ def simulate(policy: str, n: int, seed: int) -> np.ndarray:
         while len(seq) < N_TOK:
             ctx = prompt + tuple(seq)
             anchor = ctx[-1]
-            xs = [int(rng.choice(V, p=q_base[k, anchor])) for k in range(GAMMA)]
+            xs = [_draw(rng, q_cdf[k, anchor]) for k in range(GAMMA)]
             prevs = [anchor] + xs[:-1]
             conf = np.empty((CO + 1, GAMMA))
             conf[0] = conf_of_prev[prevs]
@@ -107,16 +121,17 @@ def simulate(policy: str, n: int, seed: int) -> np.ndarray:
                 ell = int(pol.lengths(conf, avail, ids, 0)[0])
             committed = []
             for k in range(ell + 1):
-                p = tgt.p(ctx + tuple(committed))
+                c2 = (ctx + tuple(committed))[-2:]
+                p = P[c2]
                 if k == ell:
-                    committed.append(int(rng.choice(V, p=p)))
+                    committed.append(_draw(rng, p_cdf[c2]))
                     break
                 x, q = xs[k], q_base[k, anchor]
                 if rng.random() * q[x] < p[x]:
                     committed.append(x)
                     continue
                 resid = np.maximum(p - q, 0)
-                committed.append(int(rng.choice(V, p=resid / resid.sum())))
+                committed.append(_draw(rng, _cdf(resid / resid.sum())))
                 break
             seq += committed
             stale = np.vstack([np.cumprod(conf[0])[None], stale[1:]])             # this step becomes history

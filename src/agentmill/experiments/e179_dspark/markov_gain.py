@@ -59,12 +59,12 @@ SETUPS = {
     "smoke": Setup(stage0_steps=3, branch_steps=3, markov_rank=8, block_size=4, num_draft_layers=1, draft_vocab=128,
                    corpus_prompts=16, corpus_max_new=16, eval_prompts=4, eval_max_new=16, eval_batch=4,
                    n_boot=200, model="tiny"),
-    # quick checks that the ablation runs on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): 10 + 10
-    # training steps on the first 64 sequences of the committed corpus (full: 1,000 + 1,000 on all 480) teach the
-    # head too little for A1/A2 to say anything about the paper, and the whole-corpus feature pass alone took six of
-    # the eleven minutes the previous quick setup cost (20 + 20 steps on 120 sequences still took 9.5 minutes on one
-    # thread beside another job: ~3 s per step, ~1.5 s per sequence of features). A1 and A2 are judged at full.
-    "quick": Setup(stage0_steps=10, branch_steps=10, corpus_take=64, eval_prompts=6, eval_max_new=32, n_boot=2000,
+    # quick checks that the ablation runs on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): a few
+    # training steps on the first sequences of the committed corpus (full: 1,000 + 1,000 on all 480) teach the head
+    # too little for A1/A2 to say anything about the paper, so quick only has to pass through every stage. Profiled
+    # at 10 + 10 steps on 64 sequences (263 s): the feature pass took 40% (~2.4 s per sequence), the three training
+    # runs 35% (~4.5 s per step), evaluation 18%; hence 3 + 3 steps on 16 sequences and 4 prompts × 16 tokens.
+    "quick": Setup(stage0_steps=3, branch_steps=3, corpus_take=16, eval_prompts=4, eval_max_new=16, n_boot=500,
                    temperatures="1.0"),
     "full": Setup(),
 }
@@ -281,7 +281,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     quick_budget_s=290,
-    quick_check="quick is a pipeline check (10 + 10 training steps on 64 sequences, 6 held-out prompts): A1 and A2 "
+    quick_check="quick is a pipeline check (3 + 3 training steps on 16 sequences, 4 held-out prompts): A1 and A2 "
                 "are judged at full (1,000 + 1,000 steps, 200 prompts)",
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e179.markov_gain",
@@ -291,8 +291,8 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="SmolLM2-135M target (dequantised Q4_1, fp32) vs 4B–14B targets; 2-layer drafter on ~60k generated "
-               "tokens from templated prompts vs 5 layers on 1.3M prompts × 10 epochs; quick trains N = M = 10 "
-               "steps on 64 sequences, evaluates 6 held-out prompts × 32 tokens and judges nothing.",
+               "tokens from templated prompts vs 5 layers on 1.3M prompts × 10 epochs; quick trains N = M = 3 "
+               "steps on 16 sequences, evaluates 4 held-out prompts × 16 tokens and judges nothing.",
     requires=frozenset({"hf"}),
     plots=plots,
     reads=_reads,

@@ -114,11 +114,14 @@ def p_back(lm: Any, model: Any, env: PathStarMultigraph, facing: int) -> np.ndar
     logp = np.zeros(len(rows))
     with torch.no_grad():
         for s in range(0, len(rows), 16):
-            lp = torch.log_softmax(_logits(lm, model, ids[s: s + 16]).double(), dim=-1)
-            for i in range(lp.shape[0]):
+            logits = _logits(lm, model, ids[s: s + 16])
+            for i in range(logits.shape[0]):
                 start, n = spans[s + i]
                 tok = ids[s + i, start: start + n]
-                logp[s + i] = float(lp[i, start - 1: start - 1 + n].gather(1, tok[:, None]).sum())
+                # only the n positions that predict the move: a float64 softmax over every position of the chunk
+                # ([16, T, V] doubles, ~0.5 GB for SmolLM2) cost more than the forward pass
+                lp = torch.log_softmax(logits[i, start - 1: start - 1 + n].double(), dim=-1)
+                logp[s + i] = float(lp.gather(1, tok[:, None]).sum())
     logp = logp.reshape(env.K - 1, len(HEADERS), env.L + 1)
     probs = np.exp(logp - logp.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)

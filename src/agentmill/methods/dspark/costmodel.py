@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import platform
+from bisect import bisect_right
 import statistics
 import time
 import warnings
@@ -41,6 +42,7 @@ class SPSTable:
     """Medians before the isotonic fit (profiled tables only; for inspection)."""
 
     def __post_init__(self) -> None:
+        self._rows: dict[tuple[int, int], list[float]] = {}
         if sorted(self.B) != list(self.B) or not self.B or self.B[0] < 1:
             raise ValueError("SPS table: B must be increasing positive integers")
         for k, v in self.step_seconds.items():
@@ -64,9 +66,16 @@ class SPSTable:
             raise ValueError("B must be >= 1")
         if B > self.max_B:
             raise ValueError(f"B = {B} beyond the profiled maximum {self.max_B} (no extrapolation)")
-        r = min(self.r_buckets, key=lambda x: (abs(x - R), x))
-        c = min(self.ctx_buckets, key=lambda x: (abs(x - ctx), x))
-        return float(np.interp(B, self.B, self.step_seconds[self.key(r, c)]))
+        row = self._rows.get((R, ctx))
+        if row is None:  # the scheduler asks per step and per candidate: pick the bucket once per (R, ctx)
+            r = min(self.r_buckets, key=lambda x: (abs(x - R), x))
+            c = min(self.ctx_buckets, key=lambda x: (abs(x - ctx), x))
+            row = self._rows[(R, ctx)] = self.step_seconds[self.key(r, c)]
+        j = max(bisect_right(self.B, B) - 1, 0)
+        if j >= len(self.B) - 1 or self.B[j] >= B:
+            return float(row[j])
+        # linear in B between the profiled points (what np.interp computes, without its per-call array overhead)
+        return float(row[j] + (row[j + 1] - row[j]) / (self.B[j + 1] - self.B[j]) * (B - self.B[j]))
 
     def sps(self, B: int, R: int = 1, ctx: int = 512) -> float:
         return 1.0 / self.step_time(B, R, ctx)
