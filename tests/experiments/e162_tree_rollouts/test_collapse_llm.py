@@ -59,6 +59,32 @@ def test_interrupted_sampling_resumes_without_regenerating(tmp_path) -> None:
     assert lm.calls == setup.prompts - 3
 
 
+def test_two_runs_reading_one_pool_at_once_sample_each_prompt_once(tmp_path) -> None:
+    """R2 and R3's calibration may run in two workers of the main job at the same time: the second waits for the
+    first (a lock beside the checkpoint) and reads its rows instead of sampling them again."""
+    import threading
+    import time
+
+    from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import sample_pool
+
+    spec = pool_spec(get("e162.collapse_llm").setups["smoke"])
+
+    class SlowLM(CountingLM):
+        def generate(self, prompts, config):
+            time.sleep(0.02)  # long enough for the other thread to arrive while this one samples
+            return super().generate(prompts, config)
+
+    lm, out = SlowLM(), {}
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, sample_pool(spec, _ctx(tmp_path, lm))))
+               for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert lm.calls == spec.prompts and out[0] == out[1]
+    assert len(checkpoint_path(spec, _ctx(tmp_path, None)).read_text().splitlines()) == spec.prompts
+
+
 def test_torn_checkpoint_line_is_regenerated(tmp_path) -> None:
     exp = get("e162.collapse_llm")
     setup = exp.setups["smoke"]

@@ -6,6 +6,7 @@ never sampled again, and a kill mid-write loses at most the prompt being written
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -72,11 +73,26 @@ def read_checkpoint(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def sample_pool(s: PoolSpec, ctx: RunContext) -> list[dict[str, Any]]:
-    """Rewards of ``s.samples`` completions per prompt, resumed from the per-prompt checkpoint."""
+    """Rewards of ``s.samples`` completions per prompt, resumed from the per-prompt checkpoint.
+
+    Two experiments read one pool (R2 and R3's calibration), and the main job may run them at once in two workers:
+    an exclusive lock beside the checkpoint makes the second wait for the first and then read its rows, instead of
+    sampling the same prompts again and appending duplicates to the same file."""
     if s.prompt_style not in ("fewshot", "chat"):
         raise ValueError(f"prompt_style must be 'fewshot' or 'chat', got {s.prompt_style!r}")
-    tasks = make_pool(s.prompts, s.seed)
     path = checkpoint_path(s, ctx)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        try:  # released when the file closes, also when this process dies
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ctx.progress("waiting for another run sampling this pool", 0, None)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _sample_locked(s, ctx, path)
+
+
+def _sample_locked(s: PoolSpec, ctx: RunContext, path: Path) -> list[dict[str, Any]]:
+    tasks = make_pool(s.prompts, s.seed)
     done = read_checkpoint(path)
     todo = [t for t in tasks if t.prompt_id not in done]
     ctx.progress("sampling prompts", len(tasks) - len(todo), len(tasks))
