@@ -121,7 +121,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e163.maze_llm",
-    quick_budget_s=70,
+    quick_budget_s=135,
     quick_check="quick is a pipeline check (4 SFT steps): R5L is judged at full (100 steps; results/full)",
     title="E163 text maze on a real LM: does SFT on golden paths teach backtracking?",
     paper=PAPER,

@@ -314,7 +314,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e164.constraint_rot_mechanism",
-    quick_budget_s=140,
+    quick_budget_s=90,
     parallel_safe=True,
     title="E164 CR-1 + NC-1/2/6 + CR-9 scripted: violation is exactly 'rule not visible' (model-free)",
     paper=PAPER,

@@ -226,7 +226,7 @@ def _reads(s: Setup, model: str | None) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e176.strawman",
-    quick_budget_s=30,
+    quick_budget_s=35,
     quick_check="quick is a pipeline check (2 human observations per run, 7 simulated): NC7 is judged at full (all "
                 "20 human observations; results/full)",
     parallel_safe=True,

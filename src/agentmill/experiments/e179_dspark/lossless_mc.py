@@ -199,7 +199,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=160,
+    quick_budget_s=65,
     id="e179.lossless_mc",
     parallel_safe=True,
     title="DSpark losslessness under load with co-batched requests, Monte Carlo (T2)",
