@@ -73,6 +73,13 @@ def test_smoke_runs_reuses_calibration_and_plots(tmp_path) -> None:
     assert {"r3l_ratio", "r3l2_worst_token_ratio", "nc5_max_excess"} <= set(m)
     # trees share prefixes: at equal leaves the uucb arm never feeds more tokens than independent sampling
     assert m["r3l2_forward_ratio"].value <= 1.0 + 1e-9
+    # Monte Carlo numbers carry an interval over prompts, never a bare point (issue 24)
+    for key, n in (("r3l2_worst_token_ratio", 3), ("nc5_max_excess", 1)):
+        e = m[key]
+        assert e.method.startswith("cluster_bootstrap") and e.n == n and e.n_boot == setup.n_boot
+        assert e.lo <= e.value <= e.hi
+    w = m["r3l2_worst_token_ratio"].value
+    assert w == max(m["r3l2_gen_ratio"].value, m["r3l2_forward_ratio"].value)
     rollouts = (tmp_path / "e162.tree_llm" / "rollouts.jsonl").read_text().splitlines()
     assert sum(1 for line in rollouts if json.loads(line)["selector"] == "uucb") >= setup.snapshot_leaves
     paths = exp.plots(json.loads(json.dumps(ctx.data)), tmp_path)

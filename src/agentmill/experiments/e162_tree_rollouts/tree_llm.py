@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, paired_diff, paired_rate_ratio
+from agentmill.core.stats import Estimate, cluster_bootstrap, paired_diff, paired_rate_ratio
 from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
 from agentmill.experiments.e162_tree_rollouts import PAPER
 from agentmill.experiments.e162_tree_rollouts.arithmetic_pool import PoolSpec, sample_pool, slug
@@ -38,9 +38,12 @@ from agentmill.methods.tree_rollouts.sampler import RolloutLog, build_tree
 from agentmill.methods.tree_rollouts.selectors import make_selector
 from agentmill.methods.tree_rollouts.tree import Reward, step_boundary, top_entropy, union
 
-VERSION = "2"
+TREES_VERSION = "2"
 """Bumped when tree sampling changes (v2: a wave never spends more than the remaining budget); trees of an
 older version are not reused."""
+VERSION = "3"
+"""The record's version: the trees' plus the analysis (v3: R3L2's token ratios and NC5's excess are judged on a
+bootstrap over prompts, not one point; reanalysed from the checkpointed trees)."""
 ARMS = ("independent", "random", "uucb")
 
 
@@ -167,7 +170,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         raise ValueError(f"the calibration pool has only {len(hard)} hard prompts (0 < p̂ <= {cut:g}); "
                          "raise calib_prompts")
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = ctx.work_dir / (f"trees-v{VERSION}-{slug(ctx.model)}-s{s.seed}-B{s.budget}-b{s.wave}"
+    ckpt = ctx.work_dir / (f"trees-v{TREES_VERSION}-{slug(ctx.model)}-s{s.seed}-B{s.budget}-b{s.wave}"
                            f"-m{s.max_new_tokens}.jsonl")
     done = _checkpoint(ckpt)
     todo = [(arm, pid) for arm in ARMS for pid in hard + lake if f"{arm}/{pid}" not in done]
@@ -225,11 +228,21 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     both = [p for p in hard + lake if rows[f"uucb/{p}"]["snap_n"] >= s.snapshot_leaves
             and rows[f"independent/{p}"]["snap_n"] >= s.snapshot_leaves]
     if both:
-        gen_r = col("uucb", both, "snap_gen").sum() / col("independent", both, "snap_gen").sum()
-        fwd_r = col("uucb", both, "snap_forward").sum() / col("independent", both, "snap_forward").sum()
-        out["r3l2_gen_ratio"] = Estimate.exact(float(gen_r), n=len(both))
-        out["r3l2_forward_ratio"] = Estimate.exact(float(fwd_r), n=len(both))
-        out["r3l2_worst_token_ratio"] = Estimate.exact(float(max(gen_r, fwd_r)), n=len(both))
+        # Ratios of token sums over the prompts where both arms reached L leaves; the trees are one draw each, so
+        # the interval resamples prompts (issue 24: a Monte Carlo number is never judged on its point alone).
+        gu, gi = col("uucb", both, "snap_gen"), col("independent", both, "snap_gen")
+        fu, fi = col("uucb", both, "snap_forward"), col("independent", both, "snap_forward")
+
+        def sum_ratio(a: np.ndarray, b: np.ndarray, idx: np.ndarray) -> float:
+            den = b[idx].sum()
+            return float(a[idx].sum() / den) if den > 0 else float("nan")
+
+        def boot(stat: Any, seed: int) -> Estimate:
+            return cluster_bootstrap(stat, np.arange(len(both)), n_boot=s.n_boot, seed=seed)
+
+        out["r3l2_gen_ratio"] = boot(lambda i: sum_ratio(gu, gi, i), 3)
+        out["r3l2_forward_ratio"] = boot(lambda i: sum_ratio(fu, fi, i), 4)
+        out["r3l2_worst_token_ratio"] = boot(lambda i: max(sum_ratio(gu, gi, i), sum_ratio(fu, fi, i)), 5)
         # independent_naive re-prefills the prompt for every sample
         naive = (col("independent", both, "snap_forward") + (s.snapshot_leaves - 1) * col("independent", both, "prompt_tokens"))
         out["r3l2_forward_vs_naive"] = Estimate.exact(float(col("uucb", both, "snap_forward").sum() / naive.sum()))
@@ -239,9 +252,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                                  col("independent", hard_both, "snap_mixed"), stat="diff",
                                                  n_boot=s.n_boot, seed=2)
     if lake:
-        base = col("independent", lake, "mixed").sum()
-        excess = max(col(a, lake, "mixed").sum() - base for a in ("random", "uucb"))
-        out["nc5_max_excess"] = Estimate.exact(float(excess), n=len(lake))
+        mixed = {a: col(a, lake, "mixed") for a in ARMS}
+        out["nc5_max_excess"] = cluster_bootstrap(
+            lambda i: float(max(mixed[a][i].sum() - mixed["independent"][i].sum() for a in ("random", "uucb"))),
+            np.arange(len(lake)), n_boot=s.n_boot, seed=6)
     per_arm = {}
     for arm in ARMS:
         per_arm[arm] = {
