@@ -125,7 +125,9 @@ def test_parallel_suite_matches_serial_and_keeps_order(tmp_path) -> None:
     pooled = [get("e165.g2po_value_variance"), get("e173.progress_reward_vs_advantage"),
               get("e179.counterexample")]
     assert all(e.parallel_safe for e in pooled)
-    exps = [pooled[0], COIN, *pooled[1:]]
+    timing = get("e165.g2po_overhead")  # not parallel-safe: it runs in the timing lane, beside the pool
+    assert not timing.parallel_safe
+    exps = [pooled[0], COIN, timing, *pooled[1:]]
     seen: list[str] = []
 
     def factory(exp):
@@ -141,10 +143,29 @@ def test_parallel_suite_matches_serial_and_keeps_order(tmp_path) -> None:
     assert [r.experiment_id for r in par] == [e.id for e in exps]
     assert all(r.status == "ok" for r in par)
     for a, b in zip(serial, par):
-        assert {k: v.value for k, v in a.metrics.items()} == {k: v.value for k, v in b.metrics.items()}
-    assert order[-1] == "fake.coin"  # the pooled experiments finish first, the rest run after them
+        if a.experiment_id != timing.id:  # its values are timings
+            assert {k: v.value for k, v in a.metrics.items()} == {k: v.value for k, v in b.metrics.items()}
+    assert order[-1] == "fake.coin"  # the registered experiments finish first, the unregistered run after them
     assert set(seen) == seen_serial  # every progress message of the workers reached this process
     assert load_record(tmp_path / "par", "smoke", "e179.counterexample").status == "ok"
+
+
+def test_beside_the_timing_lane_the_pool_keeps_a_core_free_and_starts_model_free_experiments_only() -> None:
+    from agentmill.experiments import get
+    from agentmill.experiments.runner import _admit, model_free
+
+    assert model_free(get("e176.recovery")) and model_free(get("e179.lossless_mc"))
+    assert not model_free(get("e162.collapse_llm"))     # declares a model
+    assert not model_free(get("e179.sampling_equality"))  # needs the hf extra (SmolLM2 through the engine)
+    assert not model_free(get("e173.progress_lm_pair_rl"))  # a tiny torch model with a LoRA (peft)
+    free = {1, 3}.__contains__
+    waiting = [0, 1, 2, 3]                                  # longest first; 0 and 2 load a model
+    assert _admit(waiting, 0, 2, True, free) == 1           # the timing lane runs: a model-free one, on one core
+    assert _admit(waiting, 1, 2, True, free) is None        # the other core is the timing lane's
+    assert _admit([0, 2], 0, 2, True, free) is None         # model experiments wait for the timing lane
+    assert _admit(waiting, 1, 2, False, free) == 0          # lane done: the longest first, on every core
+    assert _admit(waiting, 2, 2, False, free) is None
+    assert _admit(waiting, 1, 3, True, free) == 1           # more cores: all but one beside the lane
 
 
 def test_parallel_suite_rejects_bad_jobs(tmp_path) -> None:

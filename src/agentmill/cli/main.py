@@ -301,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--report-dir", default="report")
     sp.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                     help="run up to N single-core experiments side by side (those with no timing claim, model "
-                         "experiments on one torch thread each); timing experiments always run alone (default: the "
-                         "number of CPUs)")
+                         "experiments on one torch thread each); timing experiments run one at a time on a core of "
+                         "their own, beside model-free experiments only (default: the number of CPUs)")
     common(sp)
     sp.set_defaults(fn=cmd_reproduce)
 

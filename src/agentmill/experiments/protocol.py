@@ -315,7 +315,8 @@ class Experiment:
     ``parallel_safe`` marks an experiment that runs on one core and judges no wall-clock time or speed ratio, so
     ``agentmill reproduce --jobs N`` may run it beside another such experiment without changing what it measures
     (model experiments among them run one torch thread each: two SmolLM2 samplers on one core each finish sooner
-    than one after the other on two); every other experiment runs alone (timing experiments need a quiet machine).
+    than one after the other on two). Every other experiment (a timing) runs one at a time on a core of its own, beside
+    model-free experiments only, never beside model inference or another timing (``runner.run_suite``).
     """
 
     id: str

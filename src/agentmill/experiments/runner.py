@@ -367,11 +367,14 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
     """Run every experiment; a crash in one is recorded and the rest still run. Records come back in the order of
     ``exps``.
 
-    With ``jobs`` > 1 the registered experiments marked ``parallel_safe`` (one core, no wall-clock claim) run
-    first, ``jobs`` at a time, each in a worker process limited to one BLAS/torch thread; the others then run one
-    by one in this process, as with ``jobs`` = 1. An experiment whose worker died (killed, out of memory) is rerun
-    here, so a broken pool loses nothing. Workers die with this process (``core.executor.die_with_parent``): a
-    killed suite leaves no worker writing records behind it."""
+    With ``jobs`` > 1 the registered experiments run in worker processes, in two lanes. The experiments marked
+    ``parallel_safe`` (one core, no wall-clock claim) share a pool of one-thread workers, longest first. The others
+    (timing experiments) run one by one in a worker of their own with this process's thread settings; while that
+    lane runs, the pool keeps one core for it and admits only experiments that load no language model
+    (``model_free``), so a timing never shares the machine with another timing or with model inference; then the
+    pool takes every core. An experiment whose worker died (killed, out of memory) is rerun here, so a broken pool
+    loses nothing. Workers die with this process (``core.executor.die_with_parent``): a killed suite leaves no
+    worker writing records behind it. Experiments not in the registry (a test's fakes) run here, one by one."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
     check_model_spec(model)
@@ -388,14 +391,16 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
         from agentmill.experiments import registry
 
         reg = registry()
-        pooled = [i for i, e in enumerate(exps) if e.parallel_safe and reg.get(e.id) is e]
+        registered = [i for i, e in enumerate(exps) if reg.get(e.id) is e]
+        pooled = [i for i in registered if exps[i].parallel_safe]
+        alone = [i for i in registered if not exps[i].parallel_safe]
         # Longest first (by declared quick budget): a long experiment submitted last would leave the other workers
         # idle at the end of the pool (the classic LPT order; records still come back in the order of ``exps``).
         pooled.sort(key=lambda i: -(exps[i].quick_budget_s or 0.0))
         if len(pooled) > 1:
-            _run_pooled([exps[i] for i in pooled], pooled, jobs, finish,
-                        dict(profile=profile, model=model, executor=executor, runs_dir=str(runs_dir),
-                             resume=resume, ray_address=ray_address), progress_factory)
+            _run_lanes(exps, pooled, alone, jobs, finish,
+                       dict(profile=profile, model=model, executor=executor, runs_dir=str(runs_dir),
+                            resume=resume, ray_address=ray_address), progress_factory)
     for i, exp in enumerate(exps):
         if i in records:
             continue
@@ -433,18 +438,44 @@ def _worker_run(exp_id: str, kwargs: dict[str, Any]) -> RunRecord:
     return run_experiment(get(exp_id), progress=progress, preflight_errors_as_records=True, **kwargs)
 
 
-def _run_pooled(exps: Sequence[Experiment], index: Sequence[int], jobs: int, finish: Callable[[int, RunRecord], None],
-                kwargs: dict[str, Any], progress_factory: Callable[[Experiment], Progress] | None) -> None:
-    """Run ``exps`` in ``jobs`` spawned workers; progress messages come back through a queue. Workers start with
-    one BLAS/OpenMP/torch thread (set in the environment they inherit, before numpy loads in them)."""
+def model_free(exp: Experiment) -> bool:
+    """Whether ``exp`` loads no language model (so it may share the machine with a timing experiment): it declares
+    no model and needs neither the ``hf`` nor the ``peft`` extra."""
+    return not exp.uses_model and not ({"hf", "peft"} & set(exp.requires))
+
+
+def _admit(waiting: Sequence[int], n_running: int, jobs: int, beside_timing: bool,
+           is_model_free: Callable[[int], bool]) -> int | None:
+    """The next pooled experiment to start (the first of ``waiting`` that may run now), or None: while the timing
+    lane runs, one core stays its own and only model-free experiments start; model experiments wait for it."""
+    if n_running >= (jobs - 1 if beside_timing else jobs):
+        return None
+    return next((i for i in waiting if not beside_timing or is_model_free(i)), None)
+
+
+def _lane_init(queue: Any, parent_pid: int) -> None:
+    """The timing lane's worker: this process's environment and thread settings, as if run here."""
+    global _WORKER_QUEUE
+    die_with_parent(parent_pid)
+    _WORKER_QUEUE = queue
+
+
+def _run_lanes(exps: Sequence[Experiment], pooled: Sequence[int], alone: Sequence[int], jobs: int,
+               finish: Callable[[int, RunRecord], None], kwargs: dict[str, Any],
+               progress_factory: Callable[[Experiment], Progress] | None) -> None:
+    """Run ``exps[i]`` for ``i`` in ``pooled`` (in that order of preference) on up to ``jobs`` spawned one-thread
+    workers and those in ``alone`` one by one in a worker of their own, beside at most ``jobs`` - 1 model-free pooled
+    experiments (see ``run_suite``). Progress messages of both lanes come back through one queue. The timing lane's
+    worker is started before the pool's thread limits go into the environment the pool's workers inherit (before
+    numpy loads in them), so it keeps this process's settings."""
     import multiprocessing as mp
     import queue as _queue
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    by_id = {e.id: e for e in exps}
     updaters: dict[str, Progress] = {}
+    by_id = {exps[i].id: exps[i] for i in [*pooled, *alone]}
 
     def drain() -> None:
         while True:
@@ -457,25 +488,41 @@ def _run_pooled(exps: Sequence[Experiment], index: Sequence[int], jobs: int, fin
                     updaters[exp_id] = progress_factory(by_id[exp_id])
                 updaters[exp_id](desc, done, total)
 
+    lane = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_lane_init, initargs=(q, os.getpid()))
+    lane_futures = {lane.submit(_worker_run, exps[i].id, kwargs): i for i in alone}  # spawns it: env as it is now
     saved = {k: os.environ.get(k) for k in _ONE_THREAD}
     os.environ.update(_ONE_THREAD)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
                                initargs=(q, os.getpid()))
+    waiting, running, lane_pending, broken = list(pooled), {}, set(lane_futures), False
     try:
-        futures = {pool.submit(_worker_run, e.id, kwargs): i for e, i in zip(exps, index)}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+        while waiting or running or lane_pending:
+            beside_timing = bool(lane_pending)
+            while not broken:
+                pick = _admit(waiting, len(running), jobs, beside_timing, lambda i: model_free(exps[i]))
+                if pick is None:
+                    break
+                waiting.remove(pick)
+                try:
+                    running[pool.submit(_worker_run, exps[pick].id, kwargs)] = pick
+                except Exception:  # noqa: BLE001 - a broken pool: the serial pass reruns what is left
+                    broken = True
+            if broken and not running and not lane_pending:
+                break
+            done, _ = wait(set(running) | lane_pending, timeout=0.25, return_when=FIRST_COMPLETED)
             drain()
             for f in done:
+                i = running.pop(f) if f in running else lane_futures[f]
+                lane_pending.discard(f)
                 try:
                     rec = f.result()
                 except Exception:  # noqa: BLE001 - a dead worker: the serial pass reruns this experiment
                     continue
-                finish(futures[f], rec)
+                finish(i, rec)
         drain()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        lane.shutdown(wait=True, cancel_futures=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
