@@ -369,10 +369,9 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
 
     With ``jobs`` > 1 the registered experiments run in worker processes, in two lanes. The experiments marked
     ``parallel_safe`` (one core, no wall-clock claim) share a pool of one-thread workers, longest first. The others
-    (timing experiments) run one by one in a worker of their own with this process's thread settings; while that
-    lane runs, the pool keeps one core for it and admits only experiments that load no language model
-    (``model_free``), so a timing never shares the machine with another timing or with model inference; then the
-    pool takes every core. An experiment whose worker died (killed, out of memory) is rerun here, so a broken pool
+    (timing experiments) run one by one in a one-thread worker of their own; while that lane runs, the pool keeps
+    one core for it and admits only experiments that load no language model (``model_free``), so a timing never
+    shares the machine with another timing or with model inference; then the pool takes every core. An experiment whose worker died (killed, out of memory) is rerun here, so a broken pool
     loses nothing. Workers die with this process (``core.executor.die_with_parent``): a killed suite leaves no
     worker writing records behind it. Experiments not in the registry (a test's fakes) run here, one by one."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -453,21 +452,15 @@ def _admit(waiting: Sequence[int], n_running: int, jobs: int, beside_timing: boo
     return next((i for i in waiting if not beside_timing or is_model_free(i)), None)
 
 
-def _lane_init(queue: Any, parent_pid: int) -> None:
-    """The timing lane's worker: this process's environment and thread settings, as if run here."""
-    global _WORKER_QUEUE
-    die_with_parent(parent_pid)
-    _WORKER_QUEUE = queue
-
-
 def _run_lanes(exps: Sequence[Experiment], pooled: Sequence[int], alone: Sequence[int], jobs: int,
                finish: Callable[[int, RunRecord], None], kwargs: dict[str, Any],
                progress_factory: Callable[[Experiment], Progress] | None) -> None:
     """Run ``exps[i]`` for ``i`` in ``pooled`` (in that order of preference) on up to ``jobs`` spawned one-thread
     workers and those in ``alone`` one by one in a worker of their own, beside at most ``jobs`` - 1 model-free pooled
-    experiments (see ``run_suite``). Progress messages of both lanes come back through one queue. The timing lane's
-    worker is started before the pool's thread limits go into the environment the pool's workers inherit (before
-    numpy loads in them), so it keeps this process's settings."""
+    experiments (see ``run_suite``). Progress messages of both lanes come back through one queue. Every worker, the
+    timing lane's too, starts with one BLAS/OpenMP/torch thread (set in the environment it inherits, before numpy
+    loads in it): the lane has one core of its own, and a second thread would wait on the busy core at every
+    parallel region (e173.progress_perf took 395 s instead of 154 with torch's default two threads there)."""
     import multiprocessing as mp
     import queue as _queue
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -488,10 +481,10 @@ def _run_lanes(exps: Sequence[Experiment], pooled: Sequence[int], alone: Sequenc
                     updaters[exp_id] = progress_factory(by_id[exp_id])
                 updaters[exp_id](desc, done, total)
 
-    lane = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_lane_init, initargs=(q, os.getpid()))
-    lane_futures = {lane.submit(_worker_run, exps[i].id, kwargs): i for i in alone}  # spawns it: env as it is now
     saved = {k: os.environ.get(k) for k in _ONE_THREAD}
     os.environ.update(_ONE_THREAD)
+    lane = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init, initargs=(q, os.getpid()))
+    lane_futures = {lane.submit(_worker_run, exps[i].id, kwargs): i for i in alone}
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
                                initargs=(q, os.getpid()))
     waiting, running, lane_pending, broken = list(pooled), {}, set(lane_futures), False
