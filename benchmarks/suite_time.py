@@ -8,9 +8,9 @@ Runs ``agentmill reproduce --profile <profile> --fresh`` into a fresh runs dir (
 ``--runs-dir``; ``--committed`` runs nothing either and reads the wall times of the committed summaries in
 ``results/<profile>/`` (each measured when that record was made, so on different days and loads). Prints one row per
 experiment, slowest first, with its budget and how far over it the run went, then
-the sum of the experiments' own times and the suite's wall time (with ``--jobs`` > 1 the sum exceeds the wall), and a projection of the wall time: the pooled
-experiments' sum divided by ``--jobs`` plus the others', which run alone (a lower bound: the pool's last job may
-leave a worker idle).
+the sum of the experiments' own times and the suite's wall time (with ``--jobs`` > 1 the sum exceeds the wall), and a projection of the wall time: every
+experiment's time divided by ``--jobs``, since the timing lane runs beside the pool, but never less than the timing
+lane alone (a lower bound: model experiments wait for the lane, and the pool's last job may leave a worker idle).
 
 The main job must fit: 7 papers in ≤ 20 minutes on 2 cores, all 18 in ≤ 30 (issue 24). The CPU model, its vector
 extensions and the load average before and after go into the output: on 2 shared cores a busy neighbour distorts
@@ -57,11 +57,13 @@ def rows(runs_dir: Path | None, profile: str) -> list[dict]:
 
 
 def projection(table: list[dict], jobs: int) -> dict:
-    """Pooled CPU-seconds, the alone experiments' seconds, and the wall time they imply on ``jobs`` workers."""
+    """Pooled CPU-seconds, the timing lane's seconds, and the wall time they imply on ``jobs`` workers (the lane runs
+    beside the pool when ``jobs`` > 1, after it otherwise)."""
     pooled = sum(r["seconds"] or 0 for r in table if r["pooled"])
     alone = sum(r["seconds"] or 0 for r in table if not r["pooled"])
+    wall = max(alone, (pooled + alone) / jobs) if jobs > 1 else pooled + alone
     return {"pooled_cpu_seconds": round(pooled, 1), "alone_seconds": round(alone, 1),
-            "projected_wall_seconds": round(pooled / max(jobs, 1) + alone, 1)}
+            "projected_wall_seconds": round(wall, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,14 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         secs = f"{r['seconds']:.1f}" if r["seconds"] is not None else "-"
         budget = f"{r['budget']:g}" if r["budget"] is not None else "-"
         over = f"  over {BUDGET_FACTOR:g}× budget" if r["over"] else ""
-        alone = "" if r["pooled"] else "  (runs alone)"
+        alone = "" if r["pooled"] else "  (timing lane)"
         print(f"{r['id']:<40} {secs:>8} {budget:>7}  {r['status']}{alone}{over}")
     total = sum(r["seconds"] or 0 for r in table)
     suite = f"; suite wall {wall:.0f} s ({wall / 60:.1f} min)" if wall else ""
     print(f"sum of experiment times {total:.0f} s{suite}")
     proj = projection(table, args.jobs)
-    print(f"pooled {proj['pooled_cpu_seconds']:.0f} CPU-s on {args.jobs} workers + {proj['alone_seconds']:.0f} s alone"
-          f" ≈ {proj['projected_wall_seconds'] / 60:.1f} min of wall (a lower bound)")
+    print(f"pooled {proj['pooled_cpu_seconds']:.0f} CPU-s + timing lane {proj['alone_seconds']:.0f} s on {args.jobs} "
+          f"workers ≈ {proj['projected_wall_seconds'] / 60:.1f} min of wall (a lower bound)")
     result = {"machine": {"cpu": host_cpu(), "cpus": os.cpu_count(), "python": platform.python_version(),
                           "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)},
               "profile": args.profile, "jobs": args.jobs, "suite_wall_seconds": round(wall, 1) if wall else None,

@@ -292,7 +292,7 @@ def _reads(s: Setup, model: str | None) -> list[Path]:
 
 EXPERIMENT = Experiment(
     id="e173.progress_perf",
-    quick_budget_s=155,
+    quick_budget_s=290,
     title="E173 performance: one-pass scoring (PERF-5), HFPair memory (PERF-6), soft VI speed (PERF-8)",
     paper=PAPER,
     claims=CLAIMS,

@@ -170,7 +170,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=270,
+    quick_budget_s=420,
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e179.sampling_equality",
     title="DSpark lossless under sampling on the real model (T5)",
