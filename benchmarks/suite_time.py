@@ -7,10 +7,11 @@ Runs ``agentmill reproduce --profile <profile> --fresh`` into a fresh runs dir (
 ``--runs-dir`` is given) and times it as a whole; ``--read-only`` skips the run and reads the records already in
 ``--runs-dir``; ``--committed`` runs nothing either and reads the wall times of the committed summaries in
 ``results/<profile>/`` (each measured when that record was made, so on different days and loads). Prints one row per
-experiment, slowest first, with its budget and how far over it the run went, then
-the sum of the experiments' own times and the suite's wall time (with ``--jobs`` > 1 the sum exceeds the wall), and a projection of the wall time: every
-experiment's time divided by ``--jobs``, since the timing lane runs beside the pool, but never less than the timing
-lane alone (a lower bound: model experiments wait for the lane, and the pool's last job may leave a worker idle).
+experiment, slowest first, with its budget and how far over it the run went; then the sum of the experiments' own
+times and the suite's wall time (with ``--jobs`` > 1 the sum exceeds the wall); and a projection of the wall time:
+every experiment's time divided by ``--jobs``, since the timing lane runs beside the pool, but never less than the
+timing lane alone (a lower bound: model experiments wait for the lane, and the pool's last job may leave a worker
+idle).
 
 The main job must fit: 7 papers in ≤ 20 minutes on 2 cores, all 18 in ≤ 30 (issue 24). The CPU model, its vector
 extensions and the load average before and after go into the output: on 2 shared cores a busy neighbour distorts

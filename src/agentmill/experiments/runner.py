@@ -371,9 +371,10 @@ def run_suite(exps: Sequence[Experiment], *, profile: str = "quick", model: str 
     ``parallel_safe`` (one core, no wall-clock claim) share a pool of one-thread workers, longest first. The others
     (timing experiments) run one by one in a one-thread worker of their own; while that lane runs, the pool keeps
     one core for it and admits only experiments that load no language model (``model_free``), so a timing never
-    shares the machine with another timing or with model inference; then the pool takes every core. An experiment whose worker died (killed, out of memory) is rerun here, so a broken pool
-    loses nothing. Workers die with this process (``core.executor.die_with_parent``): a killed suite leaves no
-    worker writing records behind it. Experiments not in the registry (a test's fakes) run here, one by one."""
+    shares the machine with another timing or with model inference; then the pool takes every core. An experiment
+    whose worker died (killed, out of memory) is rerun here, so a broken pool loses nothing. Workers die with this
+    process (``core.executor.die_with_parent``): a killed suite leaves no worker writing records behind it.
+    Experiments not in the registry (a test's fakes) run here, one by one."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
     check_model_spec(model)

@@ -132,7 +132,7 @@ EXPERIMENT = Experiment(
     uses_model=True,
     requires=frozenset({"hf"}),
     scale_note="Optional probe [R]: SmolLM2-135M-Instruct (embedded), full-parameter AdamW lr 1e-5, batch 8, "
-               "4 (quick, a pipeline check) / 100 (full) steps on golden steps of a W=4, K=4, L=2 text maze; P(B) over 12 contexts "
-               "per facing. The paper's experiments are synthetic and tabular-scale [S]; no LM result is claimed "
-               "by the paper. The optional REINFORCE phase of the spec is not implemented.",
+               "4 (quick, a pipeline check) / 100 (full) steps on golden steps of a W=4, K=4, L=2 text maze; P(B) "
+               "over 12 contexts per facing. The paper's experiments are synthetic and tabular-scale [S]; no LM "
+               "result is claimed by the paper. The optional REINFORCE phase of the spec is not implemented.",
 )

@@ -68,7 +68,7 @@ class Setup:
 
 SETUPS = {
     "smoke": Setup(n_episodes=4, n_allowed=2, n_system=2, max_rounds=2, distractor_tokens=(200, 400), n_boot=50),
-    # quick: 12 trigger episodes, six soft and six hard (was 20; the episode loop is 95% of the run and every claim
+    # quick: 12 trigger episodes, six soft and six hard (was 20; the episode loop is 97% of the run and every claim
     # here is exact, so the trim keeps each check and costs no interval, only coverage; issue 24, docs/LOG.md)
     "quick": Setup(n_episodes=12, n_allowed=5, n_system=5),
     "full": Setup(n_boot=2000),

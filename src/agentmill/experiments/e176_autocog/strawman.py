@@ -239,8 +239,8 @@ EXPERIMENT = Experiment(
     reads=_reads,
     scale_note="Judged on the authors' 20 committed human observations (19 with a real value; both runs' own seeds, "
                "50 simulated subjects per prediction, committed metric code run in the sandbox); the simulated WADD "
-               "population (ε_gt .25, 25 participants, 300 random designs) is reported only. Pitfall 5: the paper's argmax "
-               "seeds are handicapped against any noisy population. Quick: a pipeline check on 2 human observations "
-               "per run and 7 simulated ones; smoke: one binary observation.",
+               "population (ε_gt .25, 25 participants, 300 random designs) is reported only. Pitfall 5: the paper's "
+               "argmax seeds are handicapped against any noisy population. Quick: a pipeline check on 2 human "
+               "observations per run and 7 simulated ones; smoke: one binary observation.",
     version="2",
 )

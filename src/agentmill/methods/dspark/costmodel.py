@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import platform
-from bisect import bisect_right
 import statistics
 import time
 import warnings
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
