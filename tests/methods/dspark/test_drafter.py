@@ -139,6 +139,10 @@ def test_dspark_proposer_in_engine_is_greedy_lossless(setup):
     assert _run(spec, prompts, params) == plain
     assert spec.stats.rounds > 0 and spec.stats.drafted > 0 and len(spec.rounds) == spec.stats.rounds
     assert all(len(r.conf_logits) <= 4 for r in spec.rounds)
+    # the prefix cache starts the drafter of a repeated prompt from the cached taps: still token-identical
+    cached = SpecEngine(eng, DSparkProposer(d), verify_len=4, prefix_cache=8)
+    assert _run(cached, prompts + prompts[:2], params) == plain + plain[:2]
+    assert cached.stats.cached_prompt_tokens == len(prompts[0]) + len(prompts[1])
 
 
 def test_dspark_proposer_requires_tapped_target(setup):

@@ -88,3 +88,58 @@ def test_safe_text_end_holds_back_partial_stops_and_bytes():
     assert safe_text_end("hello wor", ("world",)) == len("hello ")
     assert safe_text_end("abc\ufffd", ()) == 3
     assert safe_text_end("abc", ("x",)) == 3
+
+
+def test_prefix_cache_gives_the_same_tokens_and_prefills_each_prompt_once(target):
+    """Repeated prompts (three in one step, two more later) with the prefix cache on: every request's tokens equal
+    the uncached engine's, greedy and seeded sampling alike; each distinct prompt is forwarded once."""
+    tok = target.tokenizer
+    a, b = tok.encode("the cat sat on the mat"), tok.encode("xyz xyz")
+    prompts = [a, a, b, a]
+    for params in (SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                   SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=7)):
+        plain, _ = run(SpecEngine(target, NgramProposer(k=3), verify_len=3), prompts + [a, b], params)
+        eng = SpecEngine(target, NgramProposer(k=3), verify_len=3, prefix_cache=4)
+        first, _ = run(eng, prompts, params)
+        later, _ = run(eng, [a, b], params)
+        assert first + later == plain
+        assert eng.stats.cached_prompt_tokens == 3 * len(a) + len(b)
+        assert eng.stats.prompt_tokens == 4 * len(a) + 2 * len(b)
+        assert len(target.kv) == 0
+
+
+def test_prefix_cache_forgets_the_least_recently_used_prompt(target):
+    tok = target.tokenizer
+    a, b = tok.encode("first prompt"), tok.encode("second prompt")
+    params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    eng = SpecEngine(target, prefix_cache=1)
+    run(eng, [a], params)
+    run(eng, [b], params)        # evicts a
+    run(eng, [a], params)        # a again: prefilled, not cached
+    assert eng.stats.cached_prompt_tokens == 0 and len(eng._prefix) == 1
+    run(eng, [a, a], params)     # the second copy of a follows the cached entry
+    assert eng.stats.cached_prompt_tokens == 2 * len(a)
+    with pytest.raises(ValueError, match="prefix_cache"):
+        SpecEngine(target, prefix_cache=-1)
+
+
+def test_kv_snapshot_restore_round_trip(target):
+    from agentmill.lm.engine import RaggedBatch
+
+    kv = target.kv
+    s = target.new_sequence()
+    target.forward(RaggedBatch().add(s, [3, 4, 5, 6], "last"))
+    snap = kv.snapshot(s, 4)
+    t = target.new_sequence()
+    kv.reserve(t, 8)
+    kv.restore(t, snap)
+    assert kv.seq_len(t) == 4
+    for layer in range(kv.num_layers):
+        for x, y in zip(kv.view(s, layer, 4), kv.view(t, layer, 4)):
+            assert torch.equal(x, y)
+    with pytest.raises(ValueError):
+        kv.restore(t, snap)          # not empty any more
+    with pytest.raises(ValueError):
+        kv.snapshot(s, 5)            # longer than the sequence
+    target.free(s)
+    target.free(t)

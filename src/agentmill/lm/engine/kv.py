@@ -106,6 +106,23 @@ class KVPool:
         t = self._get(seq).layers[layer]
         return t[0, :, :length], t[1, :, :length]
 
+    def snapshot(self, seq: int, length: int) -> list[Any]:
+        """Copies of every layer's K/V for the first ``length`` positions (a prefix cache's entry)."""
+        s = self._get(seq)
+        if not 0 < length <= s.length:
+            raise ValueError(f"snapshot of {length} positions: sequence {seq} has length {s.length}")
+        return [t[:, :, :length].clone() for t in s.layers]
+
+    def restore(self, seq: int, snap: list[Any]) -> None:
+        """Write a ``snapshot`` into an empty sequence whose capacity is reserved, and set its length."""
+        s = self._get(seq)
+        n = int(snap[0].shape[2])
+        if s.length or n > s.capacity or len(snap) != self.num_layers:
+            raise ValueError(f"restore {n} positions into sequence {seq} (length {s.length}, capacity {s.capacity})")
+        for t, kv in zip(s.layers, snap):
+            t[:, :, :n] = kv
+        s.length = n
+
     def set_length(self, seq: int, length: int) -> None:
         s = self._get(seq)
         if length > s.capacity:

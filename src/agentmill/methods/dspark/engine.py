@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +53,7 @@ class SpecStats:
     committed: int = 0
     verify_tokens: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     position_reached: list[int] = field(default_factory=list)
@@ -70,7 +71,8 @@ class SpecStats:
     def as_dict(self) -> dict[str, float]:
         return {"steps": self.steps, "rounds": self.rounds, "drafted": self.drafted, "accepted": self.accepted,
                 "committed": self.committed, "verify_tokens": self.verify_tokens, "tau_mean": self.tau_mean,
-                "prompt_tokens": self.prompt_tokens, "draft_seconds": self.draft_seconds,
+                "prompt_tokens": self.prompt_tokens, "cached_prompt_tokens": self.cached_prompt_tokens,
+                "draft_seconds": self.draft_seconds,
                 "target_seconds": self.target_seconds, "alpha_by_position": self.alpha_by_position}
 
 
@@ -116,6 +118,17 @@ class _FixedLength:
 
 
 @dataclass
+class _PrefixEntry:
+    """What a prompt's prefill produced: the target's K/V of every prompt position, the raw logits of the last one
+    (warped per request, so requests with other sampling settings share it) and the layer taps the drafter starts
+    from."""
+
+    kv: list[Any]
+    logits: Any
+    taps: Any
+
+
+@dataclass
 class RoundRecord:
     """One speculative round of one request (for calibration and traces): raw confidence logits of the drafted
     positions, how many were verified, how many accepted."""
@@ -134,13 +147,18 @@ class SpecEngine:
     ``DSparkProposer`` (drafts from the target's layer taps; the target engine must tap its layers).
     ``policy``: a ``VerifyPolicy`` (``lengths``/``observe``), a policy spec string for ``make_policy`` (with
     ``sps``), or None with ``verify_len`` = k meaning ``fixed:k``.
+    ``prefix_cache``: how many distinct prompts to remember (least recently used first out; 0 = off). A request
+    whose whole prompt was prefilled before, or is being prefilled in the same step, copies that prefill's K/V,
+    last-position logits and taps instead of running the prompt again, and costs no prefill budget. Each entry
+    holds its prompt's K/V (prompt length x the KV pool's bytes per position). Many samples of one prompt (a
+    sampling test, best-of-n) then pay for one prefill instead of n.
     """
 
     def __init__(self, target: LlamaEngine, proposer: Any | None = None, *, verify_len: int = 0,
                  policy: Any = None, sps: Any = None, max_num_seqs: int = 16, max_step_tokens: int = 512,
-                 record_rounds: bool = False):
-        if max_num_seqs < 1 or max_step_tokens < 1 or verify_len < 0:
-            raise ValueError("max_num_seqs and max_step_tokens must be positive, verify_len >= 0")
+                 record_rounds: bool = False, prefix_cache: int = 0):
+        if max_num_seqs < 1 or max_step_tokens < 1 or verify_len < 0 or prefix_cache < 0:
+            raise ValueError("max_num_seqs and max_step_tokens must be positive, verify_len and prefix_cache >= 0")
         if isinstance(policy, str) and (policy == "off" or policy.startswith("fixed:") and policy[6:].isdigit()):
             policy = _FixedLength(0 if policy == "off" else int(policy[6:]))
         elif isinstance(policy, str):
@@ -169,6 +187,8 @@ class SpecEngine:
         self._waiting: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._ids = itertools.count()
+        self.prefix_cache = prefix_cache
+        self._prefix: OrderedDict[tuple[int, ...], _PrefixEntry] = OrderedDict()
 
     # ------------------------------------------------------------------ API
     def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> int:
@@ -208,11 +228,15 @@ class SpecEngine:
 
         outputs: list[RequestOutput] = []
         decoding = list(self._running)
-        # 1. admission (first come, first served) within the sequence and prefill-token budgets
+        # 1. admission (first come, first served) within the sequence and prefill-token budgets; a prompt the
+        # prefix cache holds, or one prefilled by an earlier request of this step, costs no budget
         prefill: list[_Req] = []
+        cached: list[_Req] = []
+        followers: list[_Req] = []
+        leading: set[tuple[int, ...]] = set()
         budget = self.max_step_tokens
-        while self._waiting and len(decoding) + len(prefill) < self.max_num_seqs and (
-                len(self._waiting[0].prompt) <= budget or not (decoding or prefill)):
+        while self._waiting and len(decoding) + len(prefill) + len(cached) + len(followers) < self.max_num_seqs and (
+                self._prefill_cost(self._waiting[0], leading) <= budget or not (decoding or prefill or cached)):
             r = self._waiting.popleft()
             try:
                 r.seq = self.target.new_sequence()
@@ -229,10 +253,18 @@ class SpecEngine:
                 continue
             if r.params.seed is not None:
                 r.generator = torch.Generator().manual_seed(r.params.seed)
-            prefill.append(r)
             self._running.append(r)
-            budget -= len(r.prompt)
             self.stats.prompt_tokens += len(r.prompt)
+            key = tuple(r.prompt)
+            if self.prefix_cache and key in self._prefix:
+                cached.append(r)
+            elif self.prefix_cache and key in leading:
+                followers.append(r)
+            else:
+                prefill.append(r)
+                leading.add(key)
+                budget -= len(r.prompt)
+        outputs += [self._start_cached(r) for r in cached]
         # 2. drafts and verify lengths for the decoding requests
         t0 = time.perf_counter()
         drafts, lengths, blocks = self._drafts(decoding, sum(len(r.prompt) for r in prefill))
@@ -252,7 +284,7 @@ class SpecEngine:
         try:
             fo = self.target.forward(batch)
         except Exception as e:  # noqa: BLE001 - a failed forward fails its requests, never the engine
-            return outputs + [self._fail(r, f"engine error: {e}") for r in members]
+            return outputs + [self._fail(r, f"engine error: {e}") for r in members + followers]
         self.stats.target_seconds += time.perf_counter() - t1
         # 4-6. verification, KV rollback, drafter context, commit
         row, tok_off = 0, 0
@@ -274,6 +306,9 @@ class SpecEngine:
             else:
                 prop = Proposal(tokens=torch.tensor([[-1]]), q=None, avail=np.array([0]))
             m, committed = verify([probs], prop, np.array([ell]), [r.generator])
+            if not is_dec and self.prefix_cache:
+                self._remember(r, fo.logits[row - 1: row], fo.taps[tok_off: tok_off + n_tok]
+                               if self._dspark and fo.taps is not None else None)
             if self._dspark and fo.taps is not None:
                 taps = fo.taps[tok_off: tok_off + n_tok]
                 if is_dec:
@@ -290,6 +325,8 @@ class SpecEngine:
             if r.t_first is None:
                 r.t_first = time.perf_counter()
             outputs.append(self._commit(r, committed[0]))
+        outputs += [self._start_cached(r) for r in followers]
+        self._trim_prefix()
         if survivals:
             g = self.max_len
             surv = np.zeros((len(survivals), g))
@@ -298,6 +335,44 @@ class SpecEngine:
             self.policy_obj.observe(np.array([rid for rid, _ in survivals]), surv)
         self.stats.steps += 1
         return outputs
+
+    # ------------------------------------------------------------------ prefix cache
+    def _prefill_cost(self, r: _Req, leading: set[tuple[int, ...]]) -> int:
+        """Prefill tokens ``r`` would add to this step: none when its prompt is cached or led by another request."""
+        if self.prefix_cache and ((key := tuple(r.prompt)) in self._prefix or key in leading):
+            return 0
+        return len(r.prompt)
+
+    def _remember(self, r: _Req, logits: Any, taps: Any) -> None:
+        """Keep what ``r``'s prefill produced (copies, so the entry outlives the request and the forward's
+        outputs)."""
+        key = tuple(r.prompt)
+        self._prefix[key] = _PrefixEntry(self.target.kv.snapshot(r.seq, len(r.prompt)), logits.clone(),
+                                         None if taps is None else taps.clone())
+        self._prefix.move_to_end(key)
+
+    def _trim_prefix(self) -> None:
+        """Drop the least recently used entries beyond ``prefix_cache`` (after a step: its followers read theirs)."""
+        while len(self._prefix) > self.prefix_cache:
+            self._prefix.popitem(last=False)
+
+    def _start_cached(self, r: _Req) -> RequestOutput:
+        """Start ``r`` from its prompt's cached prefill: the same K/V, the first token sampled from the same
+        logits with ``r``'s own settings and generator, and the drafter started on the same taps."""
+        import torch
+
+        key = tuple(r.prompt)
+        e = self._prefix[key]
+        self._prefix.move_to_end(key)
+        self.target.kv.restore(r.seq, e.kv)
+        probs = warp(e.logits, r.params.temperature, r.params.top_k, r.params.top_p)
+        _, committed = verify([probs], Proposal(tokens=torch.tensor([[-1]]), q=None, avail=np.array([0])),
+                              np.array([0]), [r.generator])
+        if self._dspark and e.taps is not None:
+            self.proposer.start(r.rid, e.taps, seed=r.params.seed)
+        self.stats.cached_prompt_tokens += len(r.prompt)
+        r.t_first = time.perf_counter()
+        return self._commit(r, committed[0])
 
     def _drafts(self, decoding: list[_Req], extra_tokens: int) -> tuple[list[list[int]], np.ndarray, list | None]:
         """Draft for every decoding request and ask the policy how many drafted tokens to verify."""
