@@ -81,11 +81,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.dspark.data import builtin_prompts
 
     texts = [it.text for it in builtin_prompts("test", s.requests, seed=13)]
+    spec, table = _build(s, ctx)
     ctx.progress("starting agentmill serve", 0, None)
     http, direct = [], []
     with serve_subprocess(["--model", s.model, "--threads", str(s.threads), "--max-num-seqs", "4", "--policy",
-                           s.policy, "--served-model-name", "m"], timeout_s=900) as (url, _):
-        spec = _build(s)  # after start-up: the server profiles the SPS table this engine loads
+                           s.policy, "--served-model-name", "m", *(["--sps-table", str(table)] if table else [])],
+                          timeout_s=900) as (url, _):
         with httpx.Client(base_url=url, timeout=300) as client:
             _http_tps(client, "m", texts[0], 4)  # warm-up of both arms (connection, first forward): not timed
             _direct_tps(spec, s, texts[0], 4)
@@ -119,30 +120,26 @@ def _direct_tps(spec: Any, s: Setup, text: str, max_tokens: int) -> float:
     return (n - 1) / (stamps[-1] - stamps[0]) if n > 1 and len(stamps) > 1 else float("nan")
 
 
-def _build(s: Setup) -> Any:
+def _build(s: Setup, ctx: RunContext) -> tuple[Any, Path | None]:
+    """The in-process arm, and the SPS table file it uses, which the server is then started with: the e179
+    experiments' shared quick table (``sps_cache``; R buckets 1 and 4, as the server's ``--max-num-seqs 4``), so
+    both arms schedule from the same costs and the server does not profile a table of its own."""
+    from agentmill.experiments.e179_dspark.sps_cache import sps_table, sps_table_path
     from agentmill.methods.dspark.engine import SpecEngine
     from agentmill.methods.dspark.pipeline import tapped_engine
 
     if s.policy == "off":
         return SpecEngine(tapped_engine((), threads=s.threads, model="tiny" if s.model == "tiny" else "smollm2"),
-                          max_num_seqs=4)
+                          max_num_seqs=4), None
     from agentmill.methods.dspark.drafter import DSparkDrafter
     from agentmill.methods.dspark.pipeline import shipped_drafter
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     engine = tapped_engine((1, 10, 19, 28), threads=s.threads)
     ck = shipped_drafter(engine)
-    sps = _serve_table(engine)
+    sps = sps_table(engine, ctx, quick=True, max_r=4)
     return SpecEngine(engine, DSparkProposer(DSparkDrafter.load(ck, engine), DSparkDrafter.calibration_of(ck)),
-                      policy=s.policy, sps=sps, max_num_seqs=4)
-
-
-def _serve_table(engine: Any) -> Any:
-    """The SPS table the server profiled at start-up (same path and grid as ``agentmill serve``)."""
-    from agentmill.methods.dspark.costmodel import SPSTable
-    from agentmill.methods.dspark.pipeline import artifacts_root
-
-    return SPSTable.load(artifacts_root(engine.fingerprint) / f"sps-serve-t{engine.engine_config.threads}-r4.json")
+                      policy=s.policy, sps=sps, max_num_seqs=4), sps_table_path(engine, ctx, quick=True, max_r=4)
 
 
 EXPERIMENT = Experiment(

@@ -5,9 +5,22 @@ Profiling takes a minute or more; the single-user, sampling-equality and load ex
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agentmill.experiments.protocol import RunContext
+
+
+def _r_buckets(quick: bool, max_r: int | None) -> list[int]:
+    return [r for r in (1, 4, 16) if r <= (max_r or (4 if quick else 16))]
+
+
+def sps_table_path(engine: Any, ctx: RunContext, *, quick: bool, max_r: int | None = None, tag: str = "") -> Path:
+    """Where :func:`sps_table` keeps the table for these arguments (``e179.server`` hands it to the server it
+    starts, so the server does not profile a table of its own)."""
+    rs = _r_buckets(quick, max_r)
+    return ctx.work_dir.parent / "e179.sps" / (f"sps-{engine.fingerprint}-t{engine.engine_config.threads}"
+                                               f"-r{rs[-1]}{'-quick' if quick else ''}{tag}.json").replace(":", "_")
 
 
 def sps_table(engine: Any, ctx: RunContext, *, quick: bool, max_r: int | None = None, tag: str = "") -> Any:
@@ -19,9 +32,8 @@ def sps_table(engine: Any, ctx: RunContext, *, quick: bool, max_r: int | None = 
     second profile (about two minutes at quick on a 2-core AMD EPYC; issue 24)."""
     from agentmill.methods.dspark.costmodel import SPSTable, engine_step_fn
 
-    rs = [r for r in (1, 4, 16) if r <= (max_r or (4 if quick else 16))]
-    path = ctx.work_dir.parent / "e179.sps" / (f"sps-{engine.fingerprint}-t{engine.engine_config.threads}"
-                                               f"-r{rs[-1]}{'-quick' if quick else ''}{tag}.json").replace(":", "_")
+    rs = _r_buckets(quick, max_r)
+    path = sps_table_path(engine, ctx, quick=quick, max_r=max_r, tag=tag)
     if path.exists():
         return SPSTable.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
