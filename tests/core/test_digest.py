@@ -6,7 +6,7 @@ import os
 import pytest
 
 from agentmill.core import digest
-from agentmill.core.digest import MISSING, changed, digests, file_digest, path_digest
+from agentmill.core.digest import CHECKOUT, MISSING, changed, digests, file_digest, local_path, path_digest
 
 
 def test_file_digest_is_the_sha256_of_the_bytes_and_follows_a_rewrite(tmp_path) -> None:
@@ -64,3 +64,15 @@ def test_missing_paths_and_changed(tmp_path) -> None:
     with pytest.raises(ValueError, match="neither a file nor a directory"):
         path_digest(dangling)
     assert changed({str(dangling): MISSING}) == [str(dangling)]
+
+
+def test_paths_inside_the_checkout_are_recorded_relative_to_it(tmp_path) -> None:
+    """A record made in another clone or a deleted worktree names its shipped artefacts relative to the checkout, so
+    this checkout checks them against its own copy; paths outside any checkout stay absolute."""
+    inside = CHECKOUT / "pyproject.toml"
+    rec = digests([inside, tmp_path / "elsewhere"])
+    assert list(rec) == ["<checkout>/pyproject.toml", str(tmp_path / "elsewhere")]
+    assert local_path("<checkout>/pyproject.toml") == inside and changed(rec) == []
+    other_clone = {"<checkout>/pyproject.toml": rec["<checkout>/pyproject.toml"]}
+    assert changed(other_clone) == []
+    assert changed({"<checkout>/pyproject.toml": "0" * 64}) == ["<checkout>/pyproject.toml"]

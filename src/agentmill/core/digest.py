@@ -18,6 +18,13 @@ the run) then changes its digest like any rewrite, so what was computed without 
 
 _FILES: dict[tuple[str, int, int], str] = {}
 
+CHECKOUT = Path(__file__).resolve().parents[3]
+"""The checkout this package runs from (``src/agentmill/core/`` is three levels below it)."""
+IN_CHECKOUT = "<checkout>/"
+"""Prefix of a recorded path inside :data:`CHECKOUT` (a shipped drafter, a fixture, the venv's GGUF): kept relative,
+so a record made in another clone or a since-deleted worktree is checked against this checkout's copy of the file
+instead of a path that no longer exists."""
+
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """sha256 (hex) of a file's bytes, memoised per process by (resolved path, size, mtime in ns)."""
@@ -51,9 +58,23 @@ def path_digest(path: str | os.PathLike[str]) -> str:
     return MISSING
 
 
+def recorded_path(path: str | os.PathLike[str]) -> str:
+    """How a record names ``path``: ``<checkout>/relative/path`` inside :data:`CHECKOUT`, else the absolute path."""
+    a = Path(path).expanduser().absolute()
+    try:
+        return IN_CHECKOUT + a.relative_to(CHECKOUT).as_posix()
+    except ValueError:
+        return str(a)
+
+
+def local_path(recorded: str) -> Path:
+    """The file a recorded path names in this checkout (the inverse of :func:`recorded_path`)."""
+    return CHECKOUT / recorded[len(IN_CHECKOUT):] if recorded.startswith(IN_CHECKOUT) else Path(recorded)
+
+
 def digests(paths: Iterable[str | os.PathLike[str]]) -> dict[str, str]:
-    """``{absolute path: digest}`` of ``paths`` (a path named twice appears once)."""
-    return {str(Path(p).expanduser().absolute()): path_digest(p) for p in paths}
+    """``{recorded path: digest}`` of ``paths`` (:func:`recorded_path`; a path named twice appears once)."""
+    return {recorded_path(p): path_digest(p) for p in paths}
 
 
 def changed(recorded: Mapping[str, str]) -> list[str]:
@@ -62,7 +83,7 @@ def changed(recorded: Mapping[str, str]) -> list[str]:
     out = []
     for path, digest in recorded.items():
         try:
-            now = path_digest(path)
+            now = path_digest(local_path(path))
         except (OSError, ValueError):
             now = None
         if now != digest:
