@@ -49,8 +49,9 @@ reproduce: install browser-deps sandbox-deps
 # The `cli_suite` tests (every paper's smoke profile through `agentmill reproduce`, as a user runs it) do not fit
 # CI's budget: even with the per-experiment smoke tests reading their records, tests/experiments + tests/cli took
 # 21 min 40 s on 2 workers (2026-11-28, AVX2 EPYC; branch wip/issue24-cli-smoke-dedup). `make smoke-suite` runs them.
+# The 30 slowest tests are listed at the end, so a CI log says where the suite's time goes.
 test: install browser-deps sandbox-deps
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup -m "not cli_suite" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup -m "not cli_suite" --durations=30 $(PYTEST_ARGS)
 
 smoke-suite: install browser-deps sandbox-deps
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n 2 --dist loadgroup -m cli_suite
