@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -83,6 +84,11 @@ class Design:
                         max_trials=d.get("max_trials", MAX_TRIALS), rationale=d.get("rationale", ""))
 
     def content_id(self) -> str:
+        return self._content_id
+
+    @cached_property
+    def _content_id(self) -> str:
+        """Hashed once per (immutable) design: metrics look it up on every evaluation."""
         j = self.to_json()
         j.pop("rationale")
         return sha256(j)[:16]
@@ -93,19 +99,22 @@ class Design:
         return rng.permuted(np.broadcast_to(base, (n_subjects, base.size)), axis=1)
 
 
+_VALIDITY_GRID = np.round(np.arange(0.50, 0.951, 0.05), 2)
+_VALIDITY_GRID.setflags(write=False)
+
+
 def random_design(rng: np.random.Generator, *, n_features: int = 4, rating_max: int = 1,
                   n_unique: tuple[int, int] = (6, 12), exclude_pairs: frozenset = frozenset()) -> Design:
     """§6.4 SearchAdvocate designs: v sorted distinct from {0.50, 0.55, ..., 0.95}; U in [6, 12]; no A ≡ B pairs;
     no pair (or its A↔B mirror) from ``exclude_pairs`` (the held-out battery)."""
-    grid = np.round(np.arange(0.50, 0.951, 0.05), 2)
-    v = tuple(sorted(rng.choice(grid, n_features, replace=False).tolist(), reverse=True))
+    v = tuple(sorted(rng.choice(_VALIDITY_GRID, n_features, replace=False).tolist(), reverse=True))
     U = int(rng.integers(n_unique[0], n_unique[1] + 1))
     pa, pb, seen = [], [], set()
     for _ in range(10_000):
         if len(pa) == U:
             break
-        a = tuple(int(x) for x in rng.integers(0, rating_max + 1, n_features))
-        b = tuple(int(x) for x in rng.integers(0, rating_max + 1, n_features))
+        a = tuple(rng.integers(0, rating_max + 1, n_features).tolist())  # tolist: Python ints, as int(x) gave
+        b = tuple(rng.integers(0, rating_max + 1, n_features).tolist())
         if a == b or (a, b) in seen or (b, a) in seen or (a, b) in exclude_pairs or (b, a) in exclude_pairs:
             continue
         seen.add((a, b))

@@ -49,7 +49,7 @@ class GateResult:
 def welch_gate(a: Estimate, b: Estimate, *, n_real: int = N_REAL, alpha: float = ALPHA) -> GateResult:
     nan = float("nan")
     if a.value is None or b.value is None or a.variance is None or b.variance is None \
-            or not np.isfinite([a.value, b.value, a.variance, b.variance]).all():
+            or not all(map(math.isfinite, (a.value, b.value, a.variance, b.variance))):
         return GateResult(False, 1.0, nan, nan, a.value if a.value is not None else nan,
                           b.value if b.value is not None else nan, nan, nan, n_real, alpha, "welch",
                           "missing value or variance")

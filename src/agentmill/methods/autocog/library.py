@@ -77,8 +77,24 @@ def _dial_delta(normalise: bool):
     return delta
 
 
+_RANK_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def _validity_ranks(v: np.ndarray) -> np.ndarray:
+    """rankdata(-v) (1 = best; ties -> average rank), once per validity vector: scipy's rankdata costs more than the
+    weights themselves, and a run sees a handful of validity vectors."""
+    key = (v.dtype.str, v.shape, v.tobytes())
+    r = _RANK_CACHE.get(key)
+    if r is None:
+        if len(_RANK_CACHE) > 10_000:
+            _RANK_CACHE.clear()
+        r = _RANK_CACHE[key] = rankdata(-v, method="average")
+        r.setflags(write=False)
+    return r
+
+
 def rank_weights(v: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    r = rankdata(-v, method="average")  # 1 = best; ties -> average rank
+    r = _validity_ranks(np.asarray(v))
     return np.asarray(lam, float)[:, None] ** (r[None, :] - 1)
 
 

@@ -10,6 +10,7 @@ backfill is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -25,31 +26,78 @@ class Estimate(NamedTuple):
 
 
 def _share(hit: np.ndarray, mask: np.ndarray) -> Estimate:
-    tot = mask.sum()
+    # integer counts: the pooled total is the sum of the per-subject ones, so one masked reduction serves both
+    per_hit, per_n = (hit & mask).sum(1), mask.sum(1)
+    tot = per_n.sum()
     if tot == 0:
         return Estimate(None, None, None)
-    value = float((hit & mask).sum() / tot)
-    per_n = mask.sum(1)
+    value = float(per_hit.sum() / tot)
     if (per_n == 0).any():
         return Estimate(value, None, None)
-    per = (hit & mask).sum(1) / per_n
-    return Estimate(value, float(per.var()), per)
+    per = per_hit / per_n
+    return Estimate(value, _var(per), per)
+
+
+def _var(x: np.ndarray) -> float:
+    """``float(x.var())`` of a 1-D float array, bit for bit (numpy's own steps: pairwise-summed mean, squared
+    deviations, pairwise sum, divide by n) without ``np.var``'s Python-level overhead."""
+    n = x.shape[0]
+    return float(np.square(x - x.sum() / n).sum() / n)
 
 
 _CORE_CACHE: dict[tuple[str, str], np.ndarray] = {}
 
 
-def _core(spec: dict, data: Data) -> np.ndarray:
-    """Deterministic core choice per trial, computed once per (design, theory) on the unique pairs."""
+def _spec_key(spec: dict) -> str:
+    return sha256({k: v for k, v in spec.items() if k != "label"})
+
+
+def _core(spec: dict, data: Data, spec_key: str | None = None) -> np.ndarray:
+    """Deterministic core choice per trial, computed once per (design, theory) on the unique pairs. ``spec_key``
+    (``_spec_key(spec)``) may be passed precomputed: hashing the spec costs more than the lookup."""
     from agentmill.methods.autocog.library import theory_from_spec
 
-    key = (data.design.content_id(), sha256({k: v for k, v in spec.items() if k != "label"}))
+    key = (data.design.content_id(), spec_key or _spec_key(spec))
     if key not in _CORE_CACHE:
         if len(_CORE_CACHE) > 20_000:
             _CORE_CACHE.clear()
         a, b = data.design.arrays()
         _CORE_CACHE[key] = theory_from_spec(spec).core_sign(a[None], b[None], data.design.context())[0]
     return _CORE_CACHE[key][data.pair_idx]
+
+
+_PAIR_CACHE: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _per_pair(name: str, design) -> tuple[np.ndarray, np.ndarray]:
+    """(key, mask) per unique pair of the stimulus-only templates, computed once per design: every per-trial value
+    of these templates depends on the trial's pair alone, so indexing the per-pair values by ``pair_idx`` gives the
+    per-trial ones exactly. top_cue_vs_majority: key = sgn TTB (A ↔ +1); low_range_advantage: key = 1 iff A has the
+    lower-half advantage."""
+    key = (name, design.content_id())
+    got = _PAIR_CACHE.get(key)
+    if got is not None:
+        return got
+    if len(_PAIR_CACHE) > 20_000:
+        _PAIR_CACHE.clear()
+    A, B = design.arrays()
+    if name == "top_cue_vs_majority":
+        from agentmill.methods.autocog.library import tally_delta, ttb_delta
+
+        ctx = design.context()
+        top, maj = np.sign(ttb_delta({}, A, B, ctx)), np.sign(tally_delta({}, A, B, ctx))
+        got = (top, (top != 0) & (maj != 0) & (top != maj))
+    else:
+        # R > 1: among pairs where one option's advantage lies on cues rated in the lower half of the scale and the
+        # other's in the upper half, the share choosing the lower-half-advantage option [R].
+        R = design.rating_max
+        d = A - B
+        low = (np.minimum(A, B) < R / 2)
+        adv_a_low = ((d > 0) & low).sum(-1) > ((d > 0) & ~low).sum(-1)
+        adv_b_low = ((d < 0) & low).sum(-1) > ((d < 0) & ~low).sum(-1)
+        got = (adv_a_low, adv_a_low ^ adv_b_low)
+    _PAIR_CACHE[key] = got
+    return got
 
 
 def _follows(sign: np.ndarray, resp: np.ndarray) -> np.ndarray:
@@ -65,7 +113,14 @@ class TemplateMetric:
 
     @property
     def content_id(self) -> str:
-        return sha256({"name": self.name, "args": self.args})[:16]
+        return self._keys[0]
+
+    @cached_property
+    def _keys(self) -> tuple[str, dict[str, str]]:
+        """content_id and the theory args' core keys, hashed once: metrics are evaluated hundreds of thousands of
+        times per run and ``args`` is frozen at proposal time (module docstring)."""
+        cores = {k: _spec_key(v) for k, v in self.args.items() if self.name in ("agree", "conflict")}
+        return sha256({"name": self.name, "args": self.args})[:16], cores
 
     @property
     def description(self) -> str:
@@ -78,35 +133,25 @@ class TemplateMetric:
     def from_json(cls, d: dict) -> TemplateMetric:
         return cls(d["name"], d.get("args", {}))
 
+    def _core(self, arg: str, data: Data) -> np.ndarray:
+        return _core(self.args[arg], data, self._keys[1][arg])
+
     def __call__(self, data: Data) -> Estimate:
         resp = data.resp
-        ones = np.ones_like(resp, bool)
         if self.name == "p_choose_a":
-            return _share(resp == 0, ones)
+            return _share(resp == 0, np.ones_like(resp, bool))
         if self.name == "agree":
-            sign = _core(self.args["theory"], data)
+            sign = self._core("theory", data)
             return _share(_follows(sign, resp), sign != 0)
         if self.name == "conflict":
-            s1, s2 = _core(self.args["t1"], data), _core(self.args["t2"], data)
+            s1, s2 = self._core("t1", data), self._core("t2", data)
             return _share(_follows(s1, resp), (s1 != 0) & (s2 != 0) & (s1 != s2))
         if self.name == "top_cue_vs_majority":
-            from agentmill.methods.autocog.library import tally_delta, ttb_delta
-
-            A, B = data.stimuli()
-            ctx = data.design.context()
-            top, maj = np.sign(ttb_delta({}, A, B, ctx)), np.sign(tally_delta({}, A, B, ctx))
-            return _share(_follows(top, resp), (top != 0) & (maj != 0) & (top != maj))
+            top, mask = _per_pair(self.name, data.design)
+            return _share(_follows(top[data.pair_idx], resp), mask[data.pair_idx])
         if self.name == "low_range_advantage":
-            # R > 1: among pairs where one option's advantage lies on cues rated in the lower half of the scale
-            # and the other's in the upper half, the share choosing the lower-half-advantage option [R].
-            A, B = data.stimuli()
-            R = data.design.rating_max
-            d = A - B
-            low = (np.minimum(A, B) < R / 2)
-            adv_a_low = ((d > 0) & low).sum(-1) > ((d > 0) & ~low).sum(-1)
-            adv_b_low = ((d < 0) & low).sum(-1) > ((d < 0) & ~low).sum(-1)
-            mask = adv_a_low ^ adv_b_low
-            return _share(np.where(adv_a_low, resp == 0, resp == 1), mask)
+            adv_a_low, mask = _per_pair(self.name, data.design)
+            return _share(np.where(adv_a_low[data.pair_idx], resp == 0, resp == 1), mask[data.pair_idx])
         if self.name == "repeat_consistency":
             # within subject, for each pair, the share of repeat pairs (earlier occurrence, later occurrence) of
             # the same stimulus answered identically; computed via counts of A per pair.
@@ -220,12 +265,44 @@ def metric_from_json(d: dict) -> TemplateMetric | CodeMetric:
     return TemplateMetric.from_json(d)
 
 
+_PRED_CACHE: dict[tuple, Estimate] = {}
+_PRED_CACHE_MAX = 20_000
+
+
+def _pred_key(theory, design, metric, n_sim: int, seed) -> tuple | None:
+    """The memo key of a pure prediction, or None when it may not be pure. Library and grammar theories are rebuilt
+    from ``spec`` (``theory_from_spec``), so their content_id names their behaviour; code theories and code metrics
+    run in the sandbox (time limits) and are never memoised. The seed is keyed by its keys' reprs, as
+    ``derive_seed`` hashes them (1, 1.0 and True differ)."""
+    from agentmill.methods.autocog.theory import LibraryTheory
+
+    if type(theory) is not LibraryTheory or type(metric) is not TemplateMetric or "factory" not in theory.spec:
+        return None
+    key = seed if isinstance(seed, tuple) else (seed,)
+    return theory.content_id, design, metric.content_id, n_sim, "\x1f".join(repr(k) for k in key)
+
+
 def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_sim: int, seed: tuple) -> Estimate:
     """Simulate ``theory`` on ``design`` (``n_sim`` subjects, common random numbers keyed by ``seed``) and apply
-    ``metric``. A failing theory yields Estimate(None, None, None) (scored 1, §9)."""
+    ``metric``. A failing theory yields Estimate(None, None, None) (scored 1, §9).
+
+    Memoised (``_pred_key``): the reviser re-scores the same grammar candidates on the same observations every
+    round, and the result is a pure function of the key. Hits share the Estimate, whose per-subject array is made
+    read-only."""
     from agentmill.methods.autocog.simulate import simulate
 
+    key = _pred_key(theory, design, metric, n_sim, seed)
+    got = _PRED_CACHE.get(key) if key is not None else None
+    if got is not None:
+        return got
     try:
-        return metric(simulate(theory, design, n_sim, seed))
+        est = metric(simulate(theory, design, n_sim, seed))
     except Exception:  # noqa: BLE001 - a failing (e.g. LLM-written) theory is logged and scored as missing
         return Estimate(None, None, None)
+    if key is not None:
+        if est.per_subject is not None:
+            est.per_subject.setflags(write=False)
+        if len(_PRED_CACHE) >= _PRED_CACHE_MAX:
+            _PRED_CACHE.clear()
+        _PRED_CACHE[key] = est
+    return est

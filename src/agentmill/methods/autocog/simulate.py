@@ -7,7 +7,9 @@ Common random numbers: schedules, parameter draws and choice uniforms come from 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -58,26 +60,71 @@ def choose(prob_a: np.ndarray, u: np.ndarray, policy: str) -> np.ndarray:
     return np.where(prob_a > 0.5, 0, np.where(prob_a < 0.5, 1, (u >= 0.5).astype(int)))
 
 
+class _Streams(NamedTuple):
+    """The theory-independent random numbers of one simulation: schedules, stimuli and choice uniforms."""
+
+    pair_idx: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+    u: np.ndarray
+
+
+_STREAMS: OrderedDict[tuple, _Streams] = OrderedDict()
+_STREAMS_MAX = 32  # LRU entries; the reviser cycles over at most ~12 observations per candidate
+
+
+def _draw_streams(key: tuple, design: Design, n_subjects: int) -> _Streams:
+    pair_idx = design.schedules(rng_for(*key, "sched"), n_subjects)
+    a, b = design.arrays()
+    out = _Streams(pair_idx, a[pair_idx], b[pair_idx], rng_for(*key, "choice").random(pair_idx.shape))
+    for arr in out:
+        arr.setflags(write=False)  # shared between calls: a write would corrupt every later simulation
+    return out
+
+
+def _streams(key: tuple, design: Design, n_subjects: int) -> _Streams:
+    """:func:`_draw_streams`, remembered (LRU). The streams do not depend on the theory (common random numbers), so
+    the reviser scoring hundreds of candidates on one observation, and the advocate simulating both slot theories
+    on one design, draw them once. Every ``rng_for`` is a fresh generator, so a hit returns exactly the numbers a
+    fresh draw gives. Keyed by the seed keys' reprs (what ``derive_seed`` hashes: 1, 1.0 and True differ) and the
+    design (equal designs have equal pairs and trial counts)."""
+    ck = ("\x1f".join(repr(k) for k in key), n_subjects, design)
+    got = _STREAMS.get(ck)
+    if got is not None:
+        _STREAMS.move_to_end(ck)
+        return got
+    got = _STREAMS[ck] = _draw_streams(key, design, n_subjects)
+    if len(_STREAMS) > _STREAMS_MAX:
+        _STREAMS.popitem(last=False)
+    return got
+
+
+def _noise_draws(key: tuple, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Action-noise uniforms and coins. Drawn only when ε > 0: with ε <= 0 no trial flips (a uniform in [0, 1) is
+    never < ε), and each stream is its own generator, so skipping them leaves every other draw unchanged."""
+    return rng_for(*key, "noise").random(shape), rng_for(*key, "coin").random(shape) < 0.5
+
+
 def simulate(theory, design: Design, n_subjects: int, seed: int | tuple, *, action_noise: float = 0.0,
              params: dict | None = None) -> Data:
     """Simulate ``n_subjects`` participants of ``theory`` on ``design``."""
     key = seed if isinstance(seed, tuple) else (seed,)
     ctx = design.context()
-    pair_idx = design.schedules(rng_for(*key, "sched"), n_subjects)
-    a, b = design.arrays()
-    A, B = a[pair_idx], b[pair_idx]
+    pair_idx, A, B, u = _streams(key, design, n_subjects)
     if params is None:
         params = theory.params.sample(rng_for(*key, "params", theory.content_id), ctx, n_subjects)
-    u = rng_for(*key, "choice").random(pair_idx.shape)
-    noise_u = rng_for(*key, "noise").random(pair_idx.shape)
-    coin = rng_for(*key, "coin").random(pair_idx.shape) < 0.5
+    noisy = action_noise > 0
+    if noisy:
+        noise_u, coin = _noise_draws(key, pair_idx.shape)
     if hasattr(theory, "simulate_in_sandbox"):  # code theories: the whole batch in one sandboxed child
         p, resp = theory.simulate_in_sandbox(params, A, B, u)
-        resp = np.where(noise_u < action_noise, coin.astype(int), resp)
+        if noisy:
+            resp = np.where(noise_u < action_noise, coin.astype(int), resp)
     elif not theory.history_dependent:
         p = theory.prob_batch(params, A, B, ctx)
         resp = choose(p, u, theory.policy)
-        resp = np.where(noise_u < action_noise, coin.astype(int), resp)
+        if noisy:
+            resp = np.where(noise_u < action_noise, coin.astype(int), resp)
     else:
         S, T = pair_idx.shape
         p = np.empty((S, T))
@@ -86,7 +133,8 @@ def simulate(theory, design: Design, n_subjects: int, seed: int | tuple, *, acti
         for t in range(T):
             pt = theory.prob_batch(params, A[:, t:t + 1], B[:, t:t + 1], ctx, prev)[:, 0]
             rt = choose(pt, u[:, t], theory.policy)
-            rt = np.where(noise_u[:, t] < action_noise, coin[:, t].astype(int), rt)
+            if noisy:
+                rt = np.where(noise_u[:, t] < action_noise, coin[:, t].astype(int), rt)
             p[:, t], resp[:, t] = pt, rt
             prev = rt[:, None]
     return Data(design, pair_idx, resp.astype(int), p)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,7 +36,7 @@ class Interval:
     log: bool = False
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.lo) and np.isfinite(self.hi)):
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi)):
             raise ValueError(f"Interval bounds must be finite, got [{self.lo}, {self.hi}]")
         if self.lo > self.hi:
             raise ValueError(f"Interval lo > hi: [{self.lo}, {self.hi}]; write it as [{self.hi}, {self.lo}]")
@@ -200,7 +202,8 @@ def sha256(obj: Any) -> str:
 
 def lapse_logistic(delta: np.ndarray, beta: np.ndarray, eps: np.ndarray) -> np.ndarray:
     """§2.3 shared noise model: P(A) = (1 - ε)·σ(β·Δ) + ε/2. ``beta``/``eps`` broadcast as (S, 1)."""
-    z = np.clip(beta * delta, -500, 500)
+    # maximum/minimum is what np.clip computes (NaN passes through), without np.clip's Python-level dispatch
+    z = np.minimum(np.maximum(beta * delta, -500.0), 500.0)
     return (1 - eps) / (1 + np.exp(-z)) + eps / 2
 
 
@@ -224,8 +227,9 @@ class LibraryTheory:
     policy: Literal["sample", "argmax"] = "sample"
     history_dependent: bool = False
 
-    @property
+    @cached_property
     def content_id(self) -> str:
+        """Hashed once per (frozen) theory: every simulation keys its parameter stream by it."""
         return sha256({"spec": self.spec, "params": self.params.to_json(), "policy": self.policy})[:16]
 
     def prob_batch(self, params: dict, A: np.ndarray, B: np.ndarray, ctx: dict,

@@ -7,6 +7,7 @@ measures the loop's design and scoring machinery given an adequate hypothesis sp
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -90,6 +91,13 @@ EPS_VARIANTS = (None, (0.0, 0.1), (0.1, 0.5))
 
 
 def range_variants(family: tuple[str, str, str]) -> list:
+    """The family's grammar points with every range variant, in grammar order. Built once per family and shared:
+    the theories are frozen, and rebuilding (and re-hashing) them every revision cost more than scoring some."""
+    return list(_range_variants(tuple(family)))
+
+
+@functools.cache
+def _range_variants(family: tuple[str, str, str]) -> tuple:
     t, w, c = family
     base = L.program(t, w, c)
     mech = [k for k, s in base.params.specs.items() if k not in ("beta", "eps") and isinstance(s, Interval)]
@@ -101,7 +109,7 @@ def range_variants(family: tuple[str, str, str]) -> list:
     for combo in itertools.product(*opts, [("beta", b) for b in BETA_VARIANTS], [("eps", e) for e in EPS_VARIANTS]):
         ranges = {k: r for k, r in combo if r is not None}
         out.append(L.program(t, w, c, ranges))
-    return out
+    return tuple(out)
 
 
 class ProgramSpaceReviser:
