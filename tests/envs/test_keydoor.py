@@ -286,3 +286,52 @@ def test_a_layout_must_match_the_config():
             KeyDoorEnv(lay, cfg)
     # dynamics-only fields may differ from the generating config
     assert KeyDoorEnv(lay, KeyDoorConfig(slip=0.2, max_steps=5)).layout == lay
+
+
+# ---- shared per-world caches -------------------------------------------------------------------------------------
+
+
+def _random_play(env: KeyDoorEnv, seed: int, episodes: int = 6) -> list:
+    rng = random.Random(seed)
+    out = []
+    for e in range(episodes):
+        obs, info = env.reset(seed=seed + e)
+        out.append((obs, info))
+        done = False
+        while not done:
+            cmds = info["admissible_commands"] + ["dance"]  # and an invalid string now and then
+            obs, reward, term, trunc, info = env.step(rng.choice(cmds))
+            out.append((obs, reward, term, trunc, info))
+            done = term or trunc
+    return out
+
+
+@pytest.mark.parametrize("cfg", [KeyDoorConfig(), KeyDoorConfig(slip=0.3, droppable=False), SMALL])
+def test_envs_of_one_world_share_caches_without_changing_any_observation(cfg):
+    """Every env of a (layout, config) shares the per-state tables; a cold-cache env plays the same episodes."""
+    from agentmill.envs import keydoor
+
+    lay = generate_layout(3, cfg)
+    keydoor._shared_tables.cache_clear()
+    cold = _random_play(KeyDoorEnv(lay, cfg), seed=11)
+    warm = _random_play(KeyDoorEnv(lay, cfg), seed=11)  # every table already filled by the first env
+    assert cold == warm
+    assert KeyDoorEnv(lay, cfg)._seen is KeyDoorEnv(lay, cfg)._seen
+    assert KeyDoorEnv(lay, cfg)._seen is not KeyDoorEnv(generate_layout(4, cfg), cfg)._seen
+
+
+def test_random_success_rate_equals_playing_env_step():
+    """The calibration skips building observations; it must still be the rate of the episodes env.step plays."""
+    for seed in (0, 5):
+        lay = generate_layout(seed, KeyDoorConfig(slip=0.2))
+        env = KeyDoorEnv(lay, KeyDoorConfig(slip=0.2))
+        rng = random.Random(seed)
+        wins = 0
+        for e in range(24):
+            _, info = env.reset(seed=seed * 1_000_003 + e)
+            done = False
+            while not done:
+                _, _, term, trunc, info = env.step(rng.choice(env.admissible_commands(env.state)))
+                done = term or trunc
+            wins += info["won"]
+        assert random_success_rate(lay, KeyDoorConfig(slip=0.2), 24, seed=seed) == wins / 24

@@ -317,6 +317,16 @@ def _join(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+@lru_cache(maxsize=256)
+def _shared_tables(kind: type, layout: KeyDoorLayout, config: KeyDoorConfig) -> tuple[dict, ...]:
+    """The per-state caches of one world, shared by every env of it.
+
+    Collectors build a fresh env per group (hundreds per experiment over a handful of layouts), and each used to
+    re-derive the same admissible sets, texts, plans and outcomes from scratch. Every entry is a pure function of
+    (env class, layout, config, state), so sharing changes nothing but the time."""
+    return {}, {}, {}, {}, {}, {}
+
+
 class KeyDoorEnv:
     """One KeyDoor world (a fixed layout); see the module docstring. Implements :class:`~agentmill.envs.base.TextEnv`.
 
@@ -335,10 +345,14 @@ class KeyDoorEnv:
         self._doors = _door_lookup(lay)
         self._core = _core_model(lay, config.droppable, config.trap)
         self._rng = random.Random(0)
-        self._adm: dict[State, dict[str, tuple]] = {}
-        self._sorted_adm: dict[State, tuple[str, ...]] = {}
-        self._text: dict[State, tuple[str, str]] = {}
-        self._plan: dict[State, tuple[str, ...]] = {}
+        self._adm: dict[State, dict[str, tuple]]
+        self._sorted_adm: dict[State, tuple[str, ...]]
+        self._text: dict[State, tuple[str, str]]
+        self._plan: dict[State, tuple[str, ...]]
+        self._outs: dict[tuple[State, tuple], list[tuple[float, State, str, float]]]
+        self._seen: dict[State, tuple]  # what _observe shows at a state, whatever the feedback
+        (self._adm, self._sorted_adm, self._text, self._plan, self._outs,
+         self._seen) = _shared_tables(type(self), lay, config)
         self._state: State | None = None
         self._t = 0
         self._done = True
@@ -358,6 +372,13 @@ class KeyDoorEnv:
         return self._observe(feedback, invalid=False)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        feedback, reward, invalid, terminated, truncated = self._advance(action)
+        obs, info = self._observe(feedback, invalid)
+        return obs, float(reward), terminated, truncated, info
+
+    def _advance(self, action: str) -> tuple[str, float, bool, bool, bool]:
+        """The dynamics of :meth:`step` without the observation: (feedback, reward, invalid, terminated,
+        truncated). :func:`random_success_rate` plays thousands of episodes whose observations nobody reads."""
         if self._done or self._state is None:
             raise RuntimeError("KeyDoorEnv.step called on a finished episode; call reset() first")
         if not isinstance(action, str):
@@ -385,8 +406,7 @@ class KeyDoorEnv:
         terminated = bool(self._state[3])
         truncated = not terminated and self._t >= cfg.max_steps
         self._done = terminated or truncated
-        obs, info = self._observe(feedback, invalid)
-        return obs, float(reward), terminated, truncated, info
+        return feedback, reward, invalid, terminated, truncated
 
     def close(self) -> None:
         self._state = None
@@ -426,15 +446,20 @@ class KeyDoorEnv:
 
     def _observe(self, feedback: str, invalid: bool) -> tuple[str, dict]:
         s = self._state
-        desc, inv = self.texts(s)
+        seen = self._seen.get(s)  # type: ignore[arg-type]
+        if seen is None:
+            desc, inv = self.texts(s)
+            dist = self.distance(s)
+            seen = self._seen[s] = (desc, inv, () if s[3] else self.admissible_commands(s), bool(s[3]), dist,
+                                    self.state_id(s), dist >= DEAD_END_DISTANCE, self.plan_commands(s))
+        desc, inv, adm, won, dist, sid, dead, plan = seen
         obs = f"{feedback}\n{desc}\n{inv}" if self.config.include_feedback and feedback else f"{desc}\n{inv}"
-        dist = self.distance(s)
-        info = {"admissible_commands": [] if s[3] else list(self.admissible_commands(s)),
-                "won": bool(s[3]), "lost": False, "task_id": self.layout.task_id, "step": self._t,
+        info = {"admissible_commands": list(adm),
+                "won": won, "lost": False, "task_id": self.layout.task_id, "step": self._t,
                 "invalid_action": invalid, "feedback": feedback, "description": desc, "inventory": inv,
                 "objective": self.layout.objective,
-                "oracle": {"distance_to_goal": dist, "state_id": self.state_id(s),
-                           "dead_end": dist >= DEAD_END_DISTANCE, "plan_commands": list(self.plan_commands(s))}}
+                "oracle": {"distance_to_goal": dist, "state_id": sid,
+                           "dead_end": dead, "plan_commands": list(plan)}}
         return obs, info
 
     def plan_commands(self, state: State) -> tuple[str, ...]:
@@ -525,7 +550,14 @@ class KeyDoorEnv:
         return out
 
     def _outcomes(self, s: State, act: tuple) -> list[tuple[float, State, str, float]]:
-        """The (probability, next state, feedback, reward) outcomes of an admissible action at ``s``."""
+        """The (probability, next state, feedback, reward) outcomes of an admissible action at ``s`` (cached per
+        world; read-only)."""
+        out = self._outs.get((s, act))
+        if out is None:
+            out = self._outs[(s, act)] = self._outcomes_of(s, act)
+        return out
+
+    def _outcomes_of(self, s: State, act: tuple) -> list[tuple[float, State, str, float]]:
         lay = self.layout
         room, keys, objs, won = s
         kind = act[0]
@@ -676,9 +708,9 @@ def random_success_rate(layout: KeyDoorLayout, config: KeyDoorConfig = KeyDoorCo
     for e in range(episodes):
         env.reset(seed=seed * 1_000_003 + e)
         done = False
-        while not done:
+        while not done:  # env.step without building observations nobody reads (same draws, same states)
             cmd = rng.choice(env.admissible_commands(env.state))
-            _, _, term, trunc, _ = env.step(cmd)
+            _, _, _, term, trunc = env._advance(cmd)
             done = term or trunc
         wins += bool(env.state[3])
     return wins / episodes

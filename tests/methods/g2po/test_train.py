@@ -124,3 +124,53 @@ def test_lm_arm_with_a_tiny_lora_candidate_policy_and_reset_as_factory() -> None
     # the step penalty makes GRPO's returns differ within a group only by length, G2PO's edges by node values;
     # either way the last arm's advantages are not all zero, so its weights moved
     assert any(float((p.detach() - q).abs().max()) > 0 for p, q in zip(pol.parameters, w0))
+
+
+def _strip_seconds(log) -> list:
+    return [{k: v for k, v in a.items() if k != "seconds"} for a in log.to_dict()["arms"]]
+
+
+def test_reusing_iteration_0_across_arms_changes_no_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arms of one seed share the iteration-0 evaluation and rollouts (identical fresh policies); the logs equal
+    those of a run that replays them, and the reused phases are still charged their time."""
+    from agentmill.methods.g2po import train as train_mod
+
+    calls: list[int] = []
+    real = train_mod.collect_groups
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "collect_groups", counting)
+    reused = _run({"grpo": 1.0, "gigpo": 0.3, "g2po": 1.0})
+    n_reused = len(calls)
+    monkeypatch.setattr(train_mod, "_fingerprint", lambda policy: None)
+    replayed = _run({"grpo": 1.0, "gigpo": 0.3, "g2po": 1.0})
+    assert _strip_seconds(reused) == _strip_seconds(replayed)
+    assert len(calls) - n_reused == n_reused + 2 * 2 * 2  # 2 seeds x 2 later arms x (eval + rollouts) at it 0
+    assert all(a.seconds["eval"] > 0 and a.seconds["rollout"] > 0 for a in reused.arms)
+
+
+class _CountingPolicy(SoftmaxTablePolicy):
+    """Acting changes its state, so skipping its iteration-0 act calls would change it: never reused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acts = 0
+
+    def act(self, obs, info, rng):
+        self.acts += 1
+        return super().act(obs, info, rng)
+
+
+def test_a_policy_that_acting_changes_is_not_reused() -> None:
+    policies: list = []
+
+    def factory():
+        policies.append(_CountingPolicy())
+        return policies[-1]
+
+    train_compare(_env, TASKS, factory, key_fn=FieldsKey(), group_size=4, tasks_per_iter=2, iterations=1, lr=1.0,
+                  seeds=(0,), eval_every=2, eval_episodes=6)
+    assert len({p.acts for p in policies}) == 1 and policies[0].acts > 0

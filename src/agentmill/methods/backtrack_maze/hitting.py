@@ -101,8 +101,19 @@ def _transition(st: _Structure, p_goal: float, fw: np.ndarray, bk: np.ndarray) -
 
 
 def _unreachable_reason(M: np.ndarray, st: _Structure) -> str | None:
-    """None if every state reachable from the hub reaches the target with positive probability."""
+    """None if every state reachable from the hub reaches the target with positive probability.
+
+    The answer depends on the support of M only, which all but never changes during training (every finite logit
+    gives every move a positive probability), so it is cached per support pattern: the closures cost more than
+    the linear solve they guard."""
     adj = M > 0                                   # [n, n+1] support of one move
+    return _support_reason(st.n, adj.tobytes())
+
+
+@lru_cache(maxsize=256)
+def _support_reason(n: int, support: bytes) -> str | None:
+    st = _structure((n + 2) // 4)
+    adj = np.frombuffer(support, dtype=bool).reshape(n, n + 1)
     seen = np.zeros(st.n + 1, dtype=bool)         # forward closure from the hub
     seen[st.hub] = True
     while True:

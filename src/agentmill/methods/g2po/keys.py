@@ -18,6 +18,7 @@ import re
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from agentmill.envs.wrappers import UNIQUE_OBS_PATTERN  # re-exported: the wrapper owns the format it writes
@@ -31,6 +32,24 @@ SIMILARITY_WARN_ROWS = 5000
 """``cluster_similar`` warns above this many rows per group: it makes O(rows x clusters) ratio calls (spec §2.6)."""
 
 _WS = re.compile(r"\s+")
+
+_TEXT_CACHE = 1 << 16
+"""Entries of the string caches below. Keys are evaluated once per row and a group's rows revisit the same few
+descriptions (that repetition is what G2PO merges), so most calls repeat an earlier string."""
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _norm_ws(text: str) -> str:
+    """Whitespace runs to one space, ends stripped (pure: cached)."""
+    return _WS.sub(" ", text).strip()
+
+
+@lru_cache(maxsize=_TEXT_CACHE)
+def _scrub_text(patterns: tuple[re.Pattern[str], ...], text: str) -> str:
+    """``text`` with every match of each pattern removed, in order (pure: cached)."""
+    for rx in patterns:
+        text = rx.sub("", text)
+    return text
 
 
 def _require_str(x: Any, what: str) -> str:
@@ -68,9 +87,7 @@ class ScrubbedKey:
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in pats))
 
     def _scrub(self, text: str) -> str:
-        for rx in self._compiled:  # type: ignore[attr-defined]
-            text = rx.sub("", text)
-        return text
+        return _scrub_text(self._compiled, text)  # type: ignore[attr-defined]
 
     def __call__(self, obs: str, info: Mapping[str, Any]) -> Hashable:
         obs = self._scrub(_require_str(obs, "observation"))
@@ -104,7 +121,7 @@ class FieldsKey:
                 raise KeyError(f"FieldsKey: info has no field {f!r} (fields present: {sorted(info)}); "
                                "request it from the environment or choose another key")
             v = info[f]
-            out.append(_WS.sub(" ", v).strip() if isinstance(v, str) else _hashable(v))
+            out.append(_norm_ws(v) if isinstance(v, str) else _hashable(v))
         return tuple(out)
 
 
