@@ -180,7 +180,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=90,  # 67 s on one thread beside other work (prefix cache; 411 s before, docs/LOG.md)
+    quick_budget_s=130,  # 67-119 s on one thread beside other work (prefix cache; 411 s before, docs/LOG.md)
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e179.sampling_equality",
     title="DSpark lossless under sampling on the real model (T5)",
