@@ -225,6 +225,12 @@ class Catalogue:
         raise KeyError(f"no family {family_id!r} in catalogue {self.path}")
 
 
+_LOADED: dict[tuple[str, str], Catalogue] = {}
+"""Validated catalogues by (directory, content hash): an experiment generates several episode batteries and each
+called ``load_catalogue`` (YAML parsing and the load-time self-check, ~2 s a time). The files are read and hashed
+on every call, so an edited catalogue is loaded afresh; a catalogue is frozen, so sharing it is safe."""
+
+
 def load_catalogue(path: str | Path | None = None) -> Catalogue:
     """Load and validate a catalogue directory (default: the packaged one). Raises :class:`CatalogueError`."""
     root = Path(path) if path is not None else DEFAULT_PATH
@@ -234,11 +240,18 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
     if not files:
         raise CatalogueError(f"{root}: no family files under soft/*.yaml or hard/*.yaml")
     digest = hashlib.sha256()
-    families: list[RuleFamily] = []
+    contents = []
     for f in files:
         rel = f.relative_to(root).as_posix()
         raw = f.read_bytes()
         digest.update(rel.encode() + b"\0" + raw + b"\0")
+        contents.append((f, rel, raw))
+    sha = digest.hexdigest()
+    cached = _LOADED.get((str(root), sha))
+    if cached is not None:
+        return cached
+    families: list[RuleFamily] = []
+    for f, rel, raw in contents:
         try:
             data = _yaml().safe_load(raw)
         except _yaml().YAMLError as exc:
@@ -253,8 +266,8 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
         self_check(fam)
         families.append(fam)
     check_leakage(families)
-    sha = digest.hexdigest()
-    return Catalogue(tuple(families), root, sha, f"{SCHEMA_VERSION}+{sha[:12]}")
+    cat = _LOADED[(str(root), sha)] = Catalogue(tuple(families), root, sha, f"{SCHEMA_VERSION}+{sha[:12]}")
+    return cat
 
 
 def param_combinations(family: RuleFamily, split: str, *, limit: int = MAX_COMBOS_CHECKED) -> list[dict[str, str]]:

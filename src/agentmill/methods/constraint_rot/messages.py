@@ -67,12 +67,19 @@ _WORD = re.compile(r"[\w@$%/.:+\-]+")
 
 def word_tokens(text: str) -> list[str]:
     """Word tokens of a *normalised* text; addresses, amounts and paths stay one token, trailing dots are cut."""
+    return list(_word_tokens(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_tokens(text: str) -> tuple[str, ...]:
+    """Memoised like :func:`normalise`: the compactors tokenise the same sentences for every ratio, scorer and
+    attack candidate (callers get a fresh list each time)."""
     out = []
     for w in _WORD.findall(text):
         w = w.strip(".:-+/")
         if w:
             out.append(w)
-    return out
+    return tuple(out)
 
 
 # Spec §2.6 step 2: the modality cue set. "requires approval" is matched as a phrase.
@@ -80,18 +87,35 @@ MODALITY_CUES: tuple[str, ...] = ("never", "not", "no", "only", "must", "prohibi
                                   "requires approval")
 
 
+@functools.lru_cache(maxsize=1 << 10)
+def _phrase_pattern(cue: str) -> re.Pattern[str]:
+    """The whole-word pattern of a normalised multi-word cue, compiled once (``has_cue`` runs per sentence)."""
+    return re.compile(rf"\b{re.escape(cue)}\b")
+
+
 def has_cue(normalised: str, cues: Iterable[str], tokens: Sequence[str] | None = None) -> bool:
     """Whether a normalised sentence contains any cue: single words as whole tokens, phrases as substrings."""
-    toks = set(word_tokens(normalised) if tokens is None else tokens)
+    if isinstance(tokens, (set, frozenset)):
+        toks = tokens
+    else:
+        toks = set(word_tokens(normalised) if tokens is None else tokens)
     for c in cues:
         c = normalise(c)
-        if (" " in c and re.search(rf"\b{re.escape(c)}\b", normalised)) or c in toks:
+        if (" " in c and _phrase_pattern(c).search(normalised)) or c in toks:
             return True
     return False
 
 
 def is_rule_like(sentence: str, cues: Iterable[str] = MODALITY_CUES) -> bool:
     """A sentence with a modality cue: what the deterministic summarisers treat as a constraint."""
+    if isinstance(cues, tuple):
+        return _is_rule_like(sentence, cues)
+    return has_cue(normalise(sentence), cues)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _is_rule_like(sentence: str, cues: tuple[str, ...]) -> bool:
+    """Memoised for hashable cue sets (the compactors ask it of every sentence of every compaction)."""
     return has_cue(normalise(sentence), cues)
 
 
@@ -173,15 +197,33 @@ def smollm2_tokenizer() -> Any:
     return tok
 
 
+_COUNTS: dict[str, int] = {}
+_COUNTS_OF: list[Any] = [None]  # the tokenizer the memo belongs to
+_COUNTS_MAX = 1 << 17
+
+
 class SmolLM2Counter:
-    """Token counts with the SmolLM2 tokenizer, loaded on the first ``count`` (so constructing one is free)."""
+    """Token counts with the SmolLM2 tokenizer, loaded on the first ``count`` (so constructing one is free).
+
+    Counts are memoised per text (a pure function of the text for a given tokenizer): compactors, budgets and the
+    attack evaluation count the same messages and sentences many times, and each tokenizer call costs ~1 ms of
+    Python overhead. The memo is dropped when the tokenizer object changes or it grows past ``_COUNTS_MAX``."""
 
     name = "smollm2"
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(smollm2_tokenizer()(text, add_special_tokens=False)["input_ids"])
+        tok = smollm2_tokenizer()
+        if _COUNTS_OF[0] is not tok:
+            _COUNTS.clear()
+            _COUNTS_OF[0] = tok
+        n = _COUNTS.get(text)
+        if n is None:
+            if len(_COUNTS) >= _COUNTS_MAX:
+                _COUNTS.clear()
+            n = _COUNTS[text] = len(tok(text, add_special_tokens=False)["input_ids"])
+        return n
 
 
 _DEFAULT = SmolLM2Counter()

@@ -7,9 +7,10 @@ resume a results file written under another prereg, so a threshold cannot drift 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -194,14 +195,25 @@ def parse_prereg(text: str | bytes, *, path: str = "<string>") -> Prereg:
     return Prereg(version, hashlib.sha256(raw).hexdigest(), path, precondition, stats, tuple(claims))
 
 
+_PARSED: dict[tuple[str, str], Prereg] = {}
+"""Parsed pre-registrations by (sha256 of the bytes, path): every E164 claim is built from one criterion at import,
+and parsing the YAML ~50 times per process took seconds. The file is read and hashed on every call, so an edited
+file is parsed afresh."""
+
+
 def load_prereg(path: str | Path | None = None) -> Prereg:
-    """Load the packaged ``prereg.yaml`` (or ``path``), validate it and hash its bytes."""
+    """Load the packaged ``prereg.yaml`` (or ``path``), validate it and hash its bytes (parsed once per content;
+    each caller gets its own copies of the mutable ``precondition`` and ``statistics`` mappings)."""
     p = Path(path) if path is not None else default_prereg_path()
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise PreregError(f"cannot read prereg file {p}: {e}") from e
-    return parse_prereg(raw, path=str(p))
+    key = (hashlib.sha256(raw).hexdigest(), str(p))
+    pr = _PARSED.get(key)
+    if pr is None:
+        pr = _PARSED[key] = parse_prereg(raw, path=str(p))
+    return replace(pr, precondition=dict(pr.precondition), statistics=copy.deepcopy(pr.statistics))
 
 
 __all__ = ["DIRECTIONS", "Claim", "Criterion", "Prereg", "PreregError", "default_prereg_path", "load_prereg",

@@ -25,6 +25,7 @@ The optional endpoint judge of §2.6 is not part of this module.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,13 +108,37 @@ def token_similarity(a: Sequence[str], b: Sequence[str]) -> float:
     return 1.0 - prev[-1] / max(len(a), len(b))
 
 
+_ANCHOR_TOKEN = re.compile(r"[\w@$%/.:+\-]+")
+
+
 def _contains(norm: str, toks: set[str], anchor: str) -> bool:
     a = normalise(anchor)
     if not a:
         return False
-    if " " in a or not re.fullmatch(r"[\w@$%/.:+\-]+", a):
+    if " " in a or not _ANCHOR_TOKEN.fullmatch(a):
         return a in norm
     return a in toks or a.lstrip("@$") in {t.lstrip("@$") for t in toks}
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _anchor_key(anchor: str) -> tuple[str, bool, str] | None:
+    """What :func:`_contains` looks for, prepared once per anchor: (normalised anchor, matched as a substring,
+    the anchor without a leading ``@``/``$``); None for an anchor that normalises to nothing (never contained)."""
+    a = normalise(anchor)
+    if not a:
+        return None
+    return a, (" " in a or not _ANCHOR_TOKEN.fullmatch(a)), a.lstrip("@$")
+
+
+def _contains_key(s: _Sentence, key: tuple[str, bool, str] | None) -> bool:
+    """:func:`_contains` of a sentence with a prepared anchor (the classifier asks the same sentence about the same
+    anchors in up to four steps; the stripped token set is built once per sentence instead of once per ask)."""
+    if key is None:
+        return False
+    a, phrase, bare = key
+    if phrase:
+        return a in s.norm
+    return a in s.tok_set or bare in s.bare_toks
 
 
 def _shape(value: str) -> str:
@@ -139,7 +164,26 @@ class _Sentence:
     msg: int
     text: str
     norm: str
-    toks: list[str]
+    toks: Sequence[str]
+
+    @functools.cached_property
+    def tok_set(self) -> frozenset[str]:
+        return frozenset(self.toks)
+
+    @functools.cached_property
+    def bare_toks(self) -> frozenset[str]:
+        return frozenset(t.lstrip("@$") for t in self.toks)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _content_sentences(content: str) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(sentence, normalised, word tokens) of one message text. Memoised: the loop, the scripted actors and the
+    attack evaluation classify the same distractor and tool messages over and over (pure function of the text)."""
+    out = []
+    for s in split_sentences(content):
+        n = normalise(s)
+        out.append((s, n, tuple(word_tokens(n))))
+    return tuple(out)
 
 
 def _sentences(messages: Sequence[Message], ignore_origins: Iterable[str]) -> list[_Sentence]:
@@ -148,9 +192,8 @@ def _sentences(messages: Sequence[Message], ignore_origins: Iterable[str]) -> li
     for i, m in enumerate(messages):
         if origin(m) in skip:
             continue
-        for s in split_sentences(m.content):
-            n = normalise(s)
-            out.append(_Sentence(i, s, n, word_tokens(n)))
+        for s, n, toks in _content_sentences(m.content):
+            out.append(_Sentence(i, s, n, toks))
     return out
 
 
@@ -160,6 +203,14 @@ def _as_messages(result_or_messages: CompactionResult | Sequence[Message] | str)
     if isinstance(result_or_messages, str):
         return [Message(role="user", content=result_or_messages)]
     return list(result_or_messages)
+
+
+def _may_reach(n_a: int, n_b: int) -> bool:
+    """Whether token lists of these lengths can have :func:`token_similarity` >= ``PRESERVED_SIMILARITY``: the edit
+    distance is at least the length difference, and ``1 - d / max`` (rounded) cannot grow with d, so when the
+    bound from the length difference alone is below the threshold the edit distance need not be computed."""
+    m = max(n_a, n_b)
+    return m == 0 or 1.0 - abs(n_a - n_b) / m >= PRESERVED_SIMILARITY
 
 
 # ------------------------------------------------------------------------------------------------- classifier
@@ -197,23 +248,27 @@ def classify_survival(rule_text: str, anchors: Anchors | Mapping[str, Sequence[s
 
     # 3. preserved: a run of k sentences (k = sentences in the rule) close to the rule text in token edit distance
     k = max(1, len(split_sentences(rule_text)))
+    n_rule = len(rule_toks)
     for a in range(len(sents)):
         run = sents[a:a + k]
         if len(run) < k or len({s.msg for s in run}) > 1:
             continue
         toks = [t for s in run for t in s.toks]
-        if token_similarity(toks, rule_toks) >= PRESERVED_SIMILARITY or rule_norm in " ".join(s.norm for s in run):
+        if _may_reach(len(toks), n_rule) and token_similarity(toks, rule_toks) >= PRESERVED_SIMILARITY:
+            return verdict("preserved", run[0])
+        if rule_norm in " ".join(s.norm for s in run):
             return verdict("preserved", run[0])
     if not anc.values and not topics:  # nothing but the verbatim text identifies the rule
         return verdict("unverifiable", None, reason="the rule has no value anchor and no topic word")
 
+    value_keys = [_anchor_key(v) for v in anc.values]
+    topic_keys = [_anchor_key(t) for t in topics]
+
     def values_in(s: _Sentence) -> list[bool]:
-        ts = set(s.toks)
-        return [_contains(s.norm, ts, v) for v in anc.values]
+        return [_contains_key(s, key) for key in value_keys]
 
     def topic_hits(s: _Sentence) -> int:
-        ts = set(s.toks)
-        return sum(_contains(s.norm, ts, t) for t in topics)
+        return sum(_contains_key(s, key) for key in topic_keys)
 
     def anchored(s: _Sentence) -> bool:
         v = values_in(s)
@@ -221,10 +276,11 @@ def classify_survival(rule_text: str, anchors: Anchors | Mapping[str, Sequence[s
             return any(v)
         return topic_hits(s) * 2 >= len(topics)
 
-    binding = [has_cue(s.norm, cue_set, s.toks) for s in sents]
+    binding = [has_cue(s.norm, cue_set, s.tok_set) for s in sents]
     # 4. contradicted
-    for s, b in zip(sents, binding):
-        if anchored(s) and (has_cue(s.norm, RETIREMENT_CUES) or (has_cue(s.norm, PERMISSION_CUES) and not b)):
+    for s, b in zip(sents, binding):  # s.tok_set is set(word_tokens(s.norm)): what has_cue would build
+        if anchored(s) and (has_cue(s.norm, RETIREMENT_CUES, s.tok_set)
+                            or (has_cue(s.norm, PERMISSION_CUES, s.tok_set) and not b)):
             return verdict("contradicted", s)
     # 5. mutated: binding sentence about the rule's topic, a value anchor missing, another value of its shape there
     if anc.values:
@@ -283,6 +339,6 @@ def carryover(messages: Sequence[Message], target: str, *, ignore_origins: Itera
         if tgt not in s.norm:
             continue
         neighbours = [s] + [sents[k - 1]] * (k > 0 and sents[k - 1].msg == s.msg)
-        if any(has_cue(n.norm, PENDING_CUES, n.toks) for n in neighbours):
+        if any(has_cue(n.norm, PENDING_CUES, n.tok_set) for n in neighbours):
             return True
     return False

@@ -56,9 +56,15 @@ def node_advantages(tree: RolloutTree, *, scale: str = "std", eps: float = 1e-6)
     """A(v) = mean flat advantage of the scorable leaves under trie node v (TreeAdv/TreePO style), by node id."""
     flat = _flat(tree, scale, eps)
     out = {}
+    # every node of a single-leaf chain has the same leaves: average each distinct leaf list once
+    seen: dict[tuple[int, ...], float] = {}
     for nd in tree.nodes():
-        vals = [flat[i] for i in nd.leaves if i in flat]
-        out[nd.id] = float(np.mean(vals)) if vals else 0.0
+        key = tuple(nd.leaves)
+        a = seen.get(key)
+        if a is None:
+            vals = [flat[i] for i in key if i in flat]
+            a = seen[key] = float(np.mean(vals)) if vals else 0.0
+        out[nd.id] = a
     return out
 
 

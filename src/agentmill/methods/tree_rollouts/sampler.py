@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -81,7 +82,7 @@ def build_view(tree: RolloutTree, cands: list[Node], cfg: UUCBConfig, pending: l
     mu = np.zeros(C)
     a0, b0 = cfg.prior
     by_id: dict[int, float] = {}
-    for i in np.argsort([nd.depth for nd in cands], kind="stable"):
+    for i in sorted(range(C), key=lambda j: cands[j].depth):  # stable, as argsort(kind="stable")
         nd = cands[i]
         parent = nd.cand_parent
         if parent is None or nd.depth == 0:
@@ -99,16 +100,24 @@ def build_view(tree: RolloutTree, cands: list[Node], cfg: UUCBConfig, pending: l
     F = np.array([tree.flags(g)[0] for g in groups])
     S = np.array([tree.flags(g)[1] for g in groups])
     anc = []
-    for nd in cands:
-        if cfg.beta > 0:
-            chain, up = [], nd
-            while up is not None:
-                if id(up) in gidx:
-                    chain.append(gidx[id(up)])
+    if cfg.beta > 0:
+        # the groups containing a node, nearest first: its own index (if it is a group) + its parent's chain; the
+        # chains are memoised along the walk, so the trie above the candidates is climbed once, not per candidate
+        chains: dict[int, list[int]] = {}
+        for nd in cands:
+            todo, up = [], nd
+            while up is not None and id(up) not in chains:
+                todo.append(up)
                 up = up.parent
-            anc.append(chain)
-        else:
-            anc.append([0])
+            chain = chains[id(up)] if up is not None else []
+            for node in reversed(todo):
+                j = gidx.get(id(node))
+                if j is not None:
+                    chain = [j, *chain]
+                chains[id(node)] = chain
+            anc.append(list(chains[id(nd)]))
+    else:
+        anc = [[0] for _ in cands]
     n = n_real.copy()
     N = float(tree.root.n)
     for nd in pending:   # virtual updates of this wave's earlier picks
@@ -118,7 +127,9 @@ def build_view(tree: RolloutTree, cands: list[Node], cfg: UUCBConfig, pending: l
             if id(up) in index:
                 n[index[id(up)]] += 1
             up = up.cand_parent
-        m = by_id.get(id(nd), _posterior_mean(nd, cfg))
+        m = by_id.get(id(nd))
+        if m is None:
+            m = _posterior_mean(nd, cfg)
         for j in (anc[index[id(nd)]] if id(nd) in index else [0]):
             F[j] *= 1.0 - m
             S[j] *= m
@@ -141,10 +152,16 @@ def _posterior_mean(nd: Node, cfg: UUCBConfig) -> float:
     return float(m)
 
 
-def _pick(scores: np.ndarray, rng: np.random.Generator) -> int:
-    """Argmax; exact ties (within 1e-12) are broken by the expansion's RNG stream, never by list order."""
+def _pick(scores: np.ndarray, rng: np.random.Generator | Callable[[], np.random.Generator]) -> int:
+    """Argmax; exact ties (within 1e-12) are broken by the expansion's RNG stream, never by list order.
+
+    ``rng`` may be a zero-argument factory: the stream is then seeded only when there is a tie to break (seeding a
+    generator per pick cost more than the scoring; an untouched stream draws nothing either way)."""
     top = np.flatnonzero(scores >= scores.max() - 1e-12)
-    return int(top[rng.integers(len(top))]) if len(top) > 1 else int(top[0])
+    if len(top) == 1:
+        return int(top[0])
+    gen = rng if isinstance(rng, np.random.Generator) else rng()
+    return int(top[gen.integers(len(top))])
 
 
 class TreeGrower:
@@ -161,6 +178,10 @@ class TreeGrower:
         self.lm, self.verifier, self.selector, self.cfg = lm, verifier, selector, cfg
         self.tree_key, self.stop, self.oracle, self.log = tuple(tree_key), stop, oracle, log
         self.ucfg = _uucb_cfg(selector)
+        # UUCB's score is the sum of the terms the leaf log records: compute them once per pick, unless a subclass
+        # overrides either method (NC8's permuted-entropy UUCB draws from its RNG in every terms() call)
+        kind = type(selector)
+        self._fused_terms = (isinstance(selector, UUCB) and kind.terms is UUCB.terms and kind.scores is UUCB.scores)
         self.tree = RolloutTree(prompt_key, branch_policy=branch_policy,
                                 max_branch_points_per_leaf=cfg.max_branch_points_per_leaf,
                                 decode=getattr(lm, "decode", None), reward_threshold=cfg.reward_threshold)
@@ -213,13 +234,19 @@ class TreeGrower:
                 break
 
             view = build_view(self.tree, cands, self.ucfg, picks, self.oracle)
-            scores = self.selector.scores(view)
-            i = _pick(scores, np.random.default_rng([*self.tree_key, self.next_id + len(picks), 7]))
+            if self._fused_terms:
+                t = self.selector.terms(view)
+                scores = UUCB.combine(t)
+            else:
+                scores = self.selector.scores(view)
+            i = _pick(scores, functools.partial(np.random.default_rng, [*self.tree_key, self.next_id + len(picks), 7]))
             picks.append(cands[i])
             caps.append(self.expected_cost(cands[i]))
             reserved += caps[-1]
             if isinstance(self.selector, UUCB):
-                terms.append({k: round(float(v[i]), 6) for k, v in self.selector.terms(view).items()})
+                if not self._fused_terms:
+                    t = self.selector.terms(view)
+                terms.append({k: round(float(v[i]), 6) for k, v in t.items()})
             else:
                 terms.append({"score": round(float(scores[i]), 6)})
         self.select_seconds += time.perf_counter() - ts

@@ -51,6 +51,11 @@ class SyntheticChainLM:
         self.length = steps * tokens_per_step
 
     def decode(self, ids: Sequence[int]) -> str:
+        if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iuf":  # one array op per leaf
+            chars = np.full(len(ids), ord("_"), np.uint8)
+            chars[ids == CORRECT] = ord(".")
+            chars[ids == WRONG] = ord("x")
+            return chars.tobytes().decode("ascii")
         return "".join("." if i == CORRECT else "x" if i == WRONG else "_" for i in ids)
 
     def filler(self, pos: int) -> int:
@@ -66,31 +71,43 @@ class SyntheticChainLM:
         return t
 
     def expand(self, tree: _SynthTree, requests: Sequence[BranchRequest], temperature: float = 1.0) -> list[Continuation]:
+        """Filler tokens are written as whole slices and only decision tokens are visited one by one (the token loop
+        was most of a synthetic run). The uniforms of one request are drawn as one array: its stream is private to the
+        request and discarded after it, and ``rng.random(k)`` yields the values of k successive ``rng.random()``
+        calls, of which the decision tokens consume the same prefix as before."""
         out = []
+        tps = self.tps
+        plain_filler = type(self).filler is SyntheticChainLM.filler
         for req in requests:
             rng = stream_rng(tree.key, req.expansion_id)
             prefix = np.asarray(req.prefix_ids, dtype=np.int32)
-            erred = bool((prefix[:: self.tps] == WRONG).any())
+            erred = bool((prefix[:: tps] == WRONG).any())
             n = min(req.max_new_tokens, self.length - req.pos)
             if n < 1:
                 raise ValueError(f"nothing to sample after position {req.pos} (completion length {self.length})")
-            toks = np.empty(n, np.int32)
-            ents = np.empty(n, np.float32)
+            if plain_filler:  # self.filler(pos) for every position, as one array
+                toks = (3 + np.arange(req.pos, req.pos + n) % (self.vocab - 3)).astype(np.int32)
+            else:
+                toks = np.array([self.filler(req.pos + j) for j in range(n)], dtype=np.int32)
+            ents = np.full(n, FILLER_ENTROPY, np.float32)
             lps = np.zeros(n, np.float32)
-            for j in range(n):
-                pos = req.pos + j
-                if pos % self.tps == 0:
-                    qi = tree.q[pos // self.tps]
+            decisions = range((-req.pos) % tps, n, tps)  # j with (req.pos + j) % tps == 0
+            if erred:
+                toks[decisions.start:: tps] = WRONG
+                ents[decisions.start:: tps] = 0.0
+            elif len(decisions):
+                draws = rng.random(len(decisions)).tolist()
+                for d, j in enumerate(decisions):
                     if erred:
                         toks[j], ents[j] = WRONG, 0.0
-                    else:
-                        ok = rng.random() < qi
-                        toks[j] = CORRECT if ok else WRONG
-                        ents[j] = _binary_entropy(qi)
-                        lps[j] = math.log(qi if ok else 1 - qi) if 0 < qi < 1 else 0.0
-                        erred = not ok
-                else:
-                    toks[j], ents[j] = self.filler(pos), FILLER_ENTROPY
+                        continue
+                    step = (req.pos + j) // tps
+                    qi = tree.q[step]
+                    ok = draws[d] < qi
+                    toks[j] = CORRECT if ok else WRONG
+                    ents[j] = _binary_entropy(qi)
+                    lps[j] = math.log(qi if ok else 1 - qi) if 0 < qi < 1 else 0.0
+                    erred = not ok
             c = tree.counters
             c.gen_tokens += n
             c.fed_tokens += n - 1

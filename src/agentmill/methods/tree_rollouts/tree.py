@@ -127,6 +127,10 @@ class RolloutTree:
         self.candidates: list[Node] = [self.root]
         self.n_nodes = 1
         self.counters: dict[str, float] = {}
+        # running total of leaf lengths: the sampler asks for the mean once per candidate per pick
+        self._len_sum = 0
+        self._len_n = 0
+        self._branching: set[int] = set()  # ids of nodes with >= 2 children (group_nodes without a scan)
 
     def _new_node(self, depth: int, parent: Node | None) -> Node:
         node = Node(depth, parent, len(self._nodes))
@@ -157,28 +161,44 @@ class RolloutTree:
                     int(len(tokens) - new_from if gen_tokens is None else gen_tokens), dict(uucb_terms or {}),
                     eos_logprob)
         self.leaves.append(leaf)
-        # Walk/insert the path; count the leaf on every node of its path (root included).
+        if self._len_n == len(self.leaves) - 1:
+            self._len_sum += len(tokens)
+            self._len_n += 1
+        # Walk/insert the path; count the leaf on every node of its path (root included). Plain ints from
+        # ``tolist`` are the keys ``int(tok)`` gave, without a numpy scalar per token.
         path = [self.root]
         node = self.root
-        for tok in tokens:
-            child = node.children.get(int(tok))
-            if child is None:
-                child = self._new_node(node.depth + 1, node)
-                node.children[int(tok)] = child
-                self.n_nodes += 1
+        nodes = self._nodes
+        created = 0
+        for tok in tokens.tolist():
+            child = node.children.get(tok)
+            if child is None:  # _new_node, inlined: a fresh suffix creates one node per token
+                child = Node(node.depth + 1, node, len(nodes))
+                nodes.append(child)
+                node.children[tok] = child
+                created += 1
+                if len(node.children) == 2:
+                    self._branching.add(node.id)
             node = child
             path.append(node)
-        for nd in path:
-            nd.leaves.append(leaf.id)
-            if success is not None:
+        self.n_nodes += created
+        lid = leaf.id
+        if success is None:
+            for nd in path:
+                nd.leaves.append(lid)
+        else:
+            hit = int(success)
+            for nd in path:
+                nd.leaves.append(lid)
                 nd.n += 1
-                nd.k += int(success)
-        # Entropies of the sampling distributions along the new part (node at depth t: entropy of token t).
+                nd.k += hit
+        # Entropies of the sampling distributions along the new part (node at depth t: entropy of token t);
+        # ``tolist`` turns float32 into the same Python floats ``float(h)`` did.
         if len(entropies):
-            for j, h in enumerate(leaf.entropies):
+            for j, h in enumerate(leaf.entropies.tolist()):
                 nd = path[new_from + j]
                 if math.isnan(nd.next_entropy):
-                    nd.next_entropy = float(h)
+                    nd.next_entropy = h
         elif math.isnan(path[new_from].next_entropy):
             path[new_from].next_entropy = float(branch_entropy)
         # New candidates: branch points of this leaf (never the final token, capped per leaf).
@@ -225,7 +245,7 @@ class RolloutTree:
 
     def group_nodes(self) -> list[Node]:
         """The root plus every branching node (>= 2 children): the groups of the objective (spec §2.3)."""
-        return [self.root] + [nd for nd in self._nodes[1:] if len(nd.children) >= 2]
+        return [self.root] + [self._nodes[i] for i in sorted(self._branching) if i != self.root.id]
 
     def flags(self, node: Node) -> tuple[float, float]:
         """(F, S): 1 if every scorable leaf under ``node`` failed (succeeded), else 0; empty -> (0, 0)."""
@@ -258,4 +278,11 @@ class RolloutTree:
         return self._nodes
 
     def mean_leaf_length(self) -> float:
-        return float(np.mean([len(lf.tokens) for lf in self.leaves])) if self.leaves else 0.0
+        """Mean completion length of the leaves, from a running integer total: the sampler asks once per candidate
+        per pick, and re-averaging every leaf each time was a third of a synthetic run. Integer sums are exact in
+        float64, so ``total / count`` is the value ``np.mean`` of the lengths gives, bit for bit."""
+        if not self.leaves:
+            return 0.0
+        if self._len_n != len(self.leaves):  # leaves appended behind add_leaf's back: recount
+            self._len_sum, self._len_n = sum(len(lf.tokens) for lf in self.leaves), len(self.leaves)
+        return self._len_sum / self._len_n

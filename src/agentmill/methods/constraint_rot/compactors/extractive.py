@@ -32,13 +32,16 @@ QUERY_TURNS = 2
 def tfidf_rows(docs: list[list[str]]) -> np.ndarray:
     """L2-normalised TF-IDF rows (raw term counts × smoothed idf = ln((1+N)/(1+df)) + 1), shape (len(docs), V)."""
     vocab: dict[str, int] = {}
-    for d in docs:
-        for w in d:
-            vocab.setdefault(w, len(vocab))
-    m = np.zeros((len(docs), max(len(vocab), 1)))
+    cells: list[int] = []  # row * V + column of every token; V is known only at the end, so rows and columns
+    rows: list[int] = []
     for r, d in enumerate(docs):
-        if d:
-            np.add.at(m[r], [vocab[w] for w in d], 1.0)
+        for w in d:
+            cells.append(vocab.setdefault(w, len(vocab)))
+            rows.append(r)
+    width = max(len(vocab), 1)
+    # raw term counts in one bincount (small integers: exact in float64, whatever the order of the additions)
+    flat = np.asarray(rows, dtype=np.int64) * width + np.asarray(cells, dtype=np.int64)
+    m = np.bincount(flat, minlength=len(docs) * width).astype(np.float64).reshape(len(docs), width)
     df = (m > 0).sum(axis=0)
     m *= np.log((1 + len(docs)) / (1 + df)) + 1.0
     norms = np.linalg.norm(m, axis=1, keepdims=True)
@@ -106,18 +109,27 @@ class ExtractiveSummary(BaseCompactor):
         return cos * np.exp(-RECENCY_DECAY * age)
 
     def select(self, messages: list[Message], sents: list[tuple[int, str]], *, budget: float) -> list[int]:
-        """Indices into ``sents`` (ascending) of the extracted sentences under a token ``budget``."""
+        """Indices into ``sents`` (ascending) of the extracted sentences under a token ``budget``.
+
+        Dedupe and the budget cut walk the ranking together: whether a sentence is a near-duplicate depends only on
+        the sentences kept before it, and the cut stops at the first one over budget, so nothing after the cut is
+        compared (the full pairwise dedupe was most of a compaction). Kept sentences are grouped by token-set size,
+        and a size whose ratio alone bounds the Jaccard below ``dedupe`` is not intersected at all
+        (|a & b| / |a | b| <= min / max, and rounding keeps the order)."""
         score = self.scores(messages, sents)
         forced = [self.scorer == "constraint_aware" and is_rule_like(s) for _, s in sents]
         ranking = sorted(range(len(sents)), key=lambda k: (not forced[k], -round(float(score[k]), 12), -k))
         token_sets = [set(word_tokens(normalise(s))) for _, s in sents]
-        ranked: list[int] = []
-        for k in ranking:  # dedupe along the ranking: the higher-ranked of two near-duplicates stays
-            if any(jaccard(token_sets[k], token_sets[j]) >= self.dedupe for j in ranked):
-                continue
-            ranked.append(k)
+        kept: dict[int, list[set[str]]] = {}  # token sets of the sentences kept by the dedupe, by size
         chosen, used = [], 0.0
-        for k in ranked:
+        d = self.dedupe
+        for k in ranking:  # dedupe along the ranking: the higher-ranked of two near-duplicates stays
+            a = token_sets[k]
+            na = len(a)
+            if any(any(jaccard(a, b) >= d for b in sets) for nb, sets in kept.items()
+                   if (na < nb and na / nb >= d) or (nb <= na and (na == 0 or nb / na >= d))):
+                continue
+            kept.setdefault(na, []).append(a)
             cost = self.counter.count(sents[k][1])
             if not forced[k] and chosen and used + cost > budget:
                 break
