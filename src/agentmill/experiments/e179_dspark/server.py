@@ -143,7 +143,7 @@ def _build(s: Setup, ctx: RunContext) -> tuple[Any, Path | None]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=120,
+    quick_budget_s=210,  # 202 s alone, which profiles the shared SPS table; ~105 s in the main job (docs/LOG.md)
     id="e179.server",
     title="DSpark served over the OpenAI-compatible API: HTTP vs in-process decode speed",
     paper=PAPER,
