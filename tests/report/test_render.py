@@ -97,3 +97,45 @@ def test_a_verdict_is_escaped_in_its_class_attribute_too(tmp_path) -> None:
     render_report([rec], {"fake.coin": COIN}, tmp_path)
     html = (tmp_path / "fake.html").read_text()
     assert "<script>" not in html and "x&#x27;&gt;&lt;script&gt;" in html
+
+
+def test_plots_drawn_by_forked_workers_equal_those_drawn_in_process(tmp_path) -> None:
+    """The report draws plots on ``jobs`` forked processes; the pages and the PNG bytes do not depend on it, and a
+    plot that raises is a note on its section either way, never a failed report."""
+    import dataclasses
+
+    def broken(data, out):
+        raise RuntimeError("no axes today")
+
+    coin2 = dataclasses.replace(COIN, id="fake.coin2")
+    bad = dataclasses.replace(COIN, id="fake.badplot", plots=broken)
+    exps = {e.id: e for e in (COIN, coin2, bad)}
+    recs = run_suite(list(exps.values()), profile="smoke", runs_dir=tmp_path / "runs")
+    pages = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"report{jobs}"
+        render_report(recs, exps, out, jobs=jobs)
+        page = re.sub(r"Generated [^;]*;", "", (out / "fake.html").read_text())
+        pngs = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted((out / "plots").rglob("*.png"))}
+        pages[jobs] = (page, pngs)
+    assert pages[1] == pages[2]
+    page, pngs = pages[2]
+    assert set(pngs) == {"plots/fake.coin/running_mean.png", "plots/fake.coin2/running_mean.png"}
+    assert "plot error: no axes today" in page
+
+
+def test_plot_workers_are_other_processes(tmp_path) -> None:
+    import dataclasses
+    import os
+
+    def pid_plot(data, out):
+        (out / "pid.txt").write_text(str(os.getpid()))
+        return []
+
+    exps = {f"fake.p{i}": dataclasses.replace(COIN, id=f"fake.p{i}", plots=pid_plot) for i in range(2)}
+    recs = run_suite(list(exps.values()), profile="smoke", runs_dir=tmp_path / "runs")
+    render_report(recs, exps, tmp_path / "two", jobs=2)
+    render_report(recs, exps, tmp_path / "one", jobs=1)
+    two = {int((tmp_path / "two" / "plots" / i / "pid.txt").read_text()) for i in exps}
+    one = {int((tmp_path / "one" / "plots" / i / "pid.txt").read_text()) for i in exps}
+    assert os.getpid() not in two and one == {os.getpid()}

@@ -203,21 +203,22 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     for exp, rec in zip(exps, records):
         console.print(f"[bold]{exp.id}[/]")
         _print_record(console, exp, rec)
-    index = _render(args.profile, args.runs_dir, args.report_dir)
+    index = _render(args.profile, args.runs_dir, args.report_dir, jobs=args.jobs)
     console.print(f"report: {index}")
     if failed:
         console.print(f"[bold red]{len(failed)} experiment(s) failed:[/] {', '.join(failed)}")
     return 1 if failed else 0
 
 
-def _render(profile: str, runs_dir: str, report_dir: str, results_dir: str = "results") -> Path:
+def _render(profile: str, runs_dir: str, report_dir: str, results_dir: str = "results",
+            jobs: int | None = None) -> Path:
     from agentmill.experiments import registry
     from agentmill.experiments.runner import load_record
     from agentmill.report import render_report
 
     reg = registry()
     records = [r for i in reg if (r := load_record(Path(runs_dir), profile, i)) is not None]
-    return render_report(records, reg, report_dir, results_dir=results_dir)
+    return render_report(records, reg, report_dir, results_dir=results_dir, jobs=jobs)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -46,6 +46,23 @@ def test_speed_single_user_smoke(art):
 
 
 @pytest.mark.slow
+def test_speed_single_user_later_temperatures_run_only_the_later_arms(art):
+    """Quick runs only S1b's arm at T = 1 (``later_arms``); T = 0 keeps every arm, so T4 and NC-6 are unchanged."""
+    import dataclasses
+
+    exp = get("e179.speed_single_user")
+    setup = dataclasses.replace(exp.setups["smoke"], prompts=1, max_new=6, hf_prompts=0, temperatures="0,1.0",
+                                arms="fixed:4,random:fixed:4", later_arms="fixed:4")
+    ctx = _ctx(art, "s1later")
+    m = exp.measure(setup, ctx)
+    assert set(ctx.data["single"]["0"]["seconds"]) == {"off", "fixed:4", "random:fixed:4"}
+    assert set(ctx.data["single"]["1"]["seconds"]) == {"off", "fixed:4"}
+    assert set(ctx.data["summary"]["1"]) == {"fixed:4"}
+    assert {"s1_speedup_t1", "nc6_tau", "t4_identical_share"} <= set(m)
+    assert exp.plots(ctx.data, art)
+
+
+@pytest.mark.slow
 def test_load_vs_fixed_smoke(art):
     exp = get("e179.load_vs_fixed")
     ctx = _ctx(art, "la")

@@ -60,12 +60,14 @@ class Setup:
 
 SETUPS = {
     "smoke": Setup(prompts=8, samples=4, max_new_tokens=24, pred_Gs=(2,), n_boot=20),
-    # quick checks the pipeline on SmolLM2 and judges nothing: 12 prompts × 8 samples cannot power R2 (at 32 × 16 the
+    # quick checks the pipeline on SmolLM2 and judges nothing: a pool this small cannot power R2 (at 32 × 16 the
     # intervals straddled the thresholds for four of the five claims), and the main job's 20 minutes cannot hold
     # the 64 × 32 pool (~45 min on one core). The claims are judged at full, whose committed record the tables
     # show beside quick (issue 24, docs/LOG.md 2026-11-28). e162.tree_llm's quick calibration reads this pool. 20
     # bootstrap refits, not 100: the refits were a third of the quick run's time and nothing is judged on them here.
-    "quick": Setup(prompts=12, samples=8, pred_Gs=(2, 4), n_boot=20),
+    # 8 prompts, not 12 (2026-11-29): one per level plus a second level-1 one; SmolLM2 solved nothing in the four
+    # extra prompts (levels 2–5), which cost 47 s of the main job. Prompt k's samples do not depend on the pool size.
+    "quick": Setup(prompts=8, samples=8, pred_Gs=(2, 4), n_boot=20),
     "full": Setup(),
 }
 
@@ -296,7 +298,7 @@ EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.collapse_llm",
     quick_budget_s=155,
-    quick_check="quick is a pipeline check (12 prompts × 8 samples): R2 and NC1 are judged at full (64 prompts × 32 "
+    quick_check="quick is a pipeline check (8 prompts × 8 samples): R2 and NC1 are judged at full (64 prompts × 32 "
                 "samples; results/full)",
     title="E162 collapse law on a real LM: a fitted pool prior predicts fresh samples",
     paper=PAPER,
@@ -308,7 +310,7 @@ EXPERIMENT = Experiment(
     version=VERSION,
     scale_note="SmolLM2-135M-Instruct (hf:smollm2, fp32, CPU) unless --model says otherwise; self-generated "
                "arithmetic, levels 1–7, raw few-shot prompts (not the chat template); full = 64 prompts × 32 "
-               "samples, quick = 12 × 8 (a pipeline check, not judged), T = 1.0, "
+               "samples, quick = 8 × 8 (a pipeline check, not judged), T = 1.0, "
                "≤ 48 tokens. The paper used nine math/agent benchmarks and larger models; its ≈45% plateau "
                "[Rev] belongs to its pool and is not comparable (pitfalls 2, 12).",
 )

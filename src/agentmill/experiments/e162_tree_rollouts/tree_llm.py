@@ -101,9 +101,9 @@ SETUPS = {
     # quick runs the trees on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): at 12 prompts and
     # B = 192 every claim came out inconclusive (about five independent leaves per prompt), and the spec's 32 prompts
     # at B = 384 on a 64 × 32 calibration take most of an hour on one core. So quick grows trees on 3 solved and 1
-    # lake prompt of e162.collapse_llm's quick pool (12 × 8; the smoke cut) at B = 96, and the claims are judged at
-    # full, whose committed record the tables show beside it.
-    "quick": SmokeSetup(calib_prompts=12, calib_samples=8, hard=3, lake=1, budget=96, snapshot_leaves=2,
+    # lake prompt of e162.collapse_llm's quick pool (8 × 8 since 2026-11-29; the smoke cut) at B = 96, and the claims
+    # are judged at full, whose committed record the tables show beside it.
+    "quick": SmokeSetup(calib_prompts=8, calib_samples=8, hard=3, lake=1, budget=96, snapshot_leaves=2,
                         n_boot=1000),
     "full": Setup(),
 }
@@ -307,7 +307,7 @@ EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.tree_llm",
     quick_budget_s=90,
-    quick_check="quick is a pipeline check (trees on the solved and one lake prompt of a 12 × 8 pool at B = 96): "
+    quick_check="quick is a pipeline check (trees on the solved and one lake prompt of an 8 × 8 pool at B = 96): "
                 "the claims are judged at full (24 hard and 8 lake prompts at B = 384; results/full)",
     title="E162 tree rollouts on a real LM (SmolLM2 arithmetic, KV-cache forks)",
     paper=PAPER,
