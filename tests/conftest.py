@@ -19,6 +19,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # organism smoke tests took 386 s instead of about 40 s.
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    # The same for the models that set their own thread count (the transformers backend defaults to 2, the engine
+    # takes its config's): capped to one, as in the main job's pool workers (core/machine.py). SmolLM2's 64-step
+    # greedy check against transformers took 225 s of a CI run with two threads per worker.
+    os.environ.setdefault("AGENTMILL_THREAD_CAP", "1")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agentmill.core.machine import capped_threads
 from agentmill.lm.engine import SamplingParams
 from agentmill.methods.dspark.engine import SpecEngine
 
@@ -91,7 +92,7 @@ class BatchingLoop:
     def _run(self) -> None:
         import torch
 
-        torch.set_num_threads(self.target.engine_config.threads)
+        torch.set_num_threads(capped_threads(self.target.engine_config.threads))  # as the engine itself does
         self.alive = True
         try:
             while not self._stop.is_set():
