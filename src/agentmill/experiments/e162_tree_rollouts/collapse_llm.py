@@ -297,7 +297,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e162.collapse_llm",
-    quick_budget_s=155,
+    quick_budget_s=115,
     quick_check="quick is a pipeline check (8 prompts × 8 samples): R2 and NC1 are judged at full (64 prompts × 32 "
                 "samples; results/full)",
     title="E162 collapse law on a real LM: a fitted pool prior predicts fresh samples",

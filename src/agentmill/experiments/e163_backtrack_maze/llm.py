@@ -122,7 +122,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
 EXPERIMENT = Experiment(
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)
     id="e163.maze_llm",
-    quick_budget_s=135,
+    quick_budget_s=125,
     quick_check="quick is a pipeline check (2 SFT steps): R5L is judged at full (100 steps; results/full)",
     title="E163 text maze on a real LM: does SFT on golden paths teach backtracking?",
     paper=PAPER,

@@ -175,7 +175,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=60,
+    quick_budget_s=35,
     quick_check="quick is a pipeline check (4 + 4 prompts × 32 tokens): C1 and NC5 are judged at full (48 + 100 "
                 "prompts × 128 tokens; results/full)",
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)

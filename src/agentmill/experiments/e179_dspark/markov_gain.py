@@ -281,7 +281,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=85,
+    quick_budget_s=70,
     quick_check="quick is a pipeline check (3 + 3 training steps on 8 sequences, 4 held-out prompts): A1 and A2 "
                 "are judged at full (1,000 + 1,000 steps, 200 prompts)",
     parallel_safe=True,  # no wall-clock claim: runs in the main job's pool on one torch thread (issue 24)

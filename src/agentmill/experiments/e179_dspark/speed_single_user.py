@@ -281,7 +281,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 EXPERIMENT = Experiment(
-    quick_budget_s=300,
+    quick_budget_s=260,
     id="e179.speed_single_user",
     title="DSpark single-user speedup, drafter overhead, greedy losslessness (S1, S2, T4, NC-6, NC-7)",
     paper=PAPER,
