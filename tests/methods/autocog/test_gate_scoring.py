@@ -5,12 +5,12 @@ import pytest
 from scipy import stats
 
 from agentmill.methods.autocog.gate import welch_gate
-from agentmill.methods.autocog.metrics import Estimate
+from agentmill.methods.autocog.metrics import MetricValue
 from agentmill.methods.autocog.scoring import aggregate_loss, leaderboard, normalized_distances
 
 
 def test_welch_matches_closed_form() -> None:
-    a, b = Estimate(0.7, 0.04, None), Estimate(0.5, 0.09, None)
+    a, b = MetricValue(0.7, 0.04, None), MetricValue(0.5, 0.09, None)
     g = welch_gate(a, b)
     t = (0.7 - 0.5) / math.sqrt((0.04 + 0.09) / 25)
     df = (0.04 + 0.09) ** 2 * 24 / (0.04 ** 2 + 0.09 ** 2)  # §2.8 closed form
@@ -20,10 +20,10 @@ def test_welch_matches_closed_form() -> None:
 
 
 def test_gate_edge_cases() -> None:
-    assert not welch_gate(Estimate(0.5, 0.0, None), Estimate(0.5, 0.0, None)).accepted  # NaN p counts as 1
-    assert welch_gate(Estimate(0.5, 0.0, None), Estimate(0.5, 0.0, None)).p == 1.0
-    assert not welch_gate(Estimate(0.5, None, None), Estimate(0.9, 0.01, None)).accepted
-    assert not welch_gate(Estimate(0.51, 0.04, None), Estimate(0.5, 0.04, None)).accepted
+    assert not welch_gate(MetricValue(0.5, 0.0, None), MetricValue(0.5, 0.0, None)).accepted  # NaN p counts as 1
+    assert welch_gate(MetricValue(0.5, 0.0, None), MetricValue(0.5, 0.0, None)).p == 1.0
+    assert not welch_gate(MetricValue(0.5, None, None), MetricValue(0.9, 0.01, None)).accepted
+    assert not welch_gate(MetricValue(0.51, 0.04, None), MetricValue(0.5, 0.04, None)).accepted
 
 
 def test_scoring_rules_ac5() -> None:

@@ -11,7 +11,7 @@ from agentmill.methods.autocog import library as L
 from agentmill.methods.autocog.design import Design
 from agentmill.methods.autocog.gate import calibrate_jsd_threshold, jsd_gate, power_gate, welch_gate
 from agentmill.methods.autocog.jsd import jsd, sequence_jsd, static_jsd
-from agentmill.methods.autocog.metrics import Estimate
+from agentmill.methods.autocog.metrics import MetricValue
 from agentmill.methods.autocog.simulate import Data
 
 V = (0.9, 0.8, 0.7, 0.6)
@@ -61,18 +61,18 @@ def test_jsd_gate_accepts_only_above_threshold() -> None:
 
 
 def test_welch_payload_has_no_stat_field() -> None:
-    g = welch_gate(Estimate(0.2, 0.01, None), Estimate(0.8, 0.01, None))
+    g = welch_gate(MetricValue(0.2, 0.01, None), MetricValue(0.8, 0.01, None))
     assert g.accepted and "stat" not in g.to_json()
 
 
 def test_power_gate_extremes_and_missing_variance() -> None:
     rng = np.random.default_rng(0)
-    sep = power_gate(Estimate(0.0, 0.0, np.zeros(50)), Estimate(1.0, 0.0, np.ones(50)), rng=rng)
+    sep = power_gate(MetricValue(0.0, 0.0, np.zeros(50)), MetricValue(1.0, 0.0, np.ones(50)), rng=rng)
     assert sep.accepted and sep.stat == 1.0 and sep.kind == "power"
-    same = power_gate(Estimate(0.5, 0.25, np.array([0.0, 1.0] * 25)), Estimate(0.5, 0.25, np.array([0.0, 1.0] * 25)),
+    same = power_gate(MetricValue(0.5, 0.25, np.array([0.0, 1.0] * 25)), MetricValue(0.5, 0.25, np.array([0.0, 1.0] * 25)),
                       rng=rng)
     assert not same.accepted and same.stat < 0.05
-    miss = power_gate(Estimate(0.5, None, None), Estimate(0.6, 0.1, None), rng=rng)
+    miss = power_gate(MetricValue(0.5, None, None), MetricValue(0.6, 0.1, None), rng=rng)
     assert not miss.accepted and miss.kind == "power"
 
 
@@ -83,7 +83,7 @@ def test_power_gate_sees_the_plug_in_gates_half_power() -> None:
 
     n, df = 25, 48
     d = stats.t.ppf(1 - 0.01 / 2, df) * math.sqrt(2 / n) * 1.01  # t* just above the critical value, σ = 1
-    a, b = Estimate(0.0, 1.0, None), Estimate(d, 1.0, None)
+    a, b = MetricValue(0.0, 1.0, None), MetricValue(d, 1.0, None)
     assert welch_gate(a, b).accepted
     g = power_gate(a, b, n_mc=4000, rng=np.random.default_rng(1))
     assert 0.42 < g.stat < 0.58 and not g.accepted  # MC s.e. ≈ .008

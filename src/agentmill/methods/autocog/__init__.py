@@ -18,7 +18,7 @@ from agentmill.methods.autocog.gate import GateResult, calibrate_jsd_threshold, 
 from agentmill.methods.autocog.jsd import jsd, sequence_jsd, static_jsd
 from agentmill.methods.autocog.library import REGISTRY, program, theory_from_spec
 from agentmill.methods.autocog.loop import AutoCogLoop, LoopConfig, RunResult
-from agentmill.methods.autocog.metrics import CodeMetric, Estimate, TemplateMetric
+from agentmill.methods.autocog.metrics import CodeMetric, MetricValue, TemplateMetric
 from agentmill.methods.autocog.properties import PropertyResult, check_properties
 from agentmill.methods.autocog.scoring import aggregate_loss, leaderboard, normalized_distances, prospective_scores
 from agentmill.methods.autocog.simulate import Data, expected_choice_props, simulate
@@ -28,7 +28,7 @@ from agentmill.methods.autocog.theory import (Bind, Choice, CodeTheory, Interval
 __all__ = [
     "library", "REGISTRY", "program", "theory_from_spec", "Bind", "Choice", "Interval", "LibraryTheory",
     "ParamSpace", "VectorInterval", "Design", "random_design", "Data", "simulate", "expected_choice_props",
-    "Estimate", "TemplateMetric", "GateResult", "welch_gate", "aggregate_loss", "leaderboard",
+    "MetricValue", "TemplateMetric", "GateResult", "welch_gate", "aggregate_loss", "leaderboard",
     "normalized_distances", "Ledger", "AutoCogLoop", "LoopConfig", "RunResult", "PoolView", "Proposal", "Revision",
     "Verdict", "ProgramSpaceReviser", "RuleArbiter", "SearchAdvocate", "SimulatedCohort", "HumanCohort",
     "AutoCogConfig", "power_gate", "jsd_gate", "calibrate_jsd_threshold", "jsd", "static_jsd", "sequence_jsd",

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from agentmill.methods.autocog.metrics import Estimate
+from agentmill.methods.autocog.metrics import MetricValue
 
 ALPHA = 0.01  # [C] function default (a stale comment says 0.05)
 N_REAL = 25  # REAL_N_SUBJECTS [C src/run_config.py]
@@ -46,7 +46,7 @@ class GateResult:
         return d
 
 
-def welch_gate(a: Estimate, b: Estimate, *, n_real: int = N_REAL, alpha: float = ALPHA) -> GateResult:
+def welch_gate(a: MetricValue, b: MetricValue, *, n_real: int = N_REAL, alpha: float = ALPHA) -> GateResult:
     nan = float("nan")
     if a.value is None or b.value is None or a.variance is None or b.variance is None \
             or not all(map(math.isfinite, (a.value, b.value, a.variance, b.variance))):
@@ -67,13 +67,13 @@ def welch_gate(a: Estimate, b: Estimate, *, n_real: int = N_REAL, alpha: float =
                       "accepted" if ok else f"p = {p:.3g} >= alpha = {alpha}")
 
 
-def power_gate(a: Estimate, b: Estimate, *, n_real: int = N_REAL, alpha: float = ALPHA, target_power: float = 0.8,
+def power_gate(a: MetricValue, b: MetricValue, *, n_real: int = N_REAL, alpha: float = ALPHA, target_power: float = 0.8,
                n_mc: int = 2000, rng: np.random.Generator) -> GateResult:
     """Accept iff the Monte Carlo power of a real ``n_real``-per-group Welch test at ``alpha`` is ≥ ``target_power``.
 
     [R] (spec §4: the "principled version of the gate", §6.2 signature; target power 0.8 is the spec's default).
     Each replication draws ``n_real`` subjects per theory — resampled from the simulated per-subject values when the
-    Estimate carries them (shares are bounded, so no normal approximation), else from N(μ, σ²) — and runs Welch's
+    MetricValue carries them (shares are bounded, so no normal approximation), else from N(μ, σ²) — and runs Welch's
     test. ``p``, ``t``, ``df`` are the plug-in Welch values (as in ``welch_gate``); ``stat`` is the power.
     """
     if not 0 < target_power <= 1 or n_mc < 1:
@@ -82,7 +82,7 @@ def power_gate(a: Estimate, b: Estimate, *, n_real: int = N_REAL, alpha: float =
     if w.reason == "missing value or variance":
         return GateResult(**{**asdict(w), "kind": "power", "stat": 0.0})
 
-    def draws(e: Estimate) -> np.ndarray:
+    def draws(e: MetricValue) -> np.ndarray:
         if e.per_subject is not None and len(e.per_subject) > 0:
             return rng.choice(np.asarray(e.per_subject, float), size=(n_mc, n_real), replace=True)
         return rng.normal(e.value, math.sqrt(e.variance), size=(n_mc, n_real))

@@ -1,6 +1,6 @@
 """Metrics: scalars over choice data, with a per-subject variance (spec autocog §2.7, templates §6.4).
 
-An :class:`Estimate` is (value on the pooled data, population variance (ddof 0) of the same metric per subject,
+A :class:`MetricValue` is (value on the pooled data, population variance (ddof 0) of the same metric per subject,
 the per-subject values). Every template is a share over a trial mask, so the per-subject value is always defined
 when each subject sees the relevant trials; a subject without relevant trials makes the variance None (the gate
 then rejects). Templates are frozen at proposal time (their arguments are theory *specs*), so re-evaluation on
@@ -19,23 +19,25 @@ from agentmill.methods.autocog.simulate import Data
 from agentmill.methods.autocog.theory import sha256
 
 
-class Estimate(NamedTuple):
+class MetricValue(NamedTuple):
+    """A metric on one dataset (not :class:`agentmill.core.stats.Estimate`, which is a point with its interval)."""
+
     value: float | None
     variance: float | None
     per_subject: np.ndarray | None
 
 
-def _share(hit: np.ndarray, mask: np.ndarray) -> Estimate:
+def _share(hit: np.ndarray, mask: np.ndarray) -> MetricValue:
     # integer counts: the pooled total is the sum of the per-subject ones, so one masked reduction serves both
     per_hit, per_n = (hit & mask).sum(1), mask.sum(1)
     tot = per_n.sum()
     if tot == 0:
-        return Estimate(None, None, None)
+        return MetricValue(None, None, None)
     value = float(per_hit.sum() / tot)
     if (per_n == 0).any():
-        return Estimate(value, None, None)
+        return MetricValue(value, None, None)
     per = per_hit / per_n
-    return Estimate(value, _var(per), per)
+    return MetricValue(value, _var(per), per)
 
 
 def _var(x: np.ndarray) -> float:
@@ -136,7 +138,7 @@ class TemplateMetric:
     def _core(self, arg: str, data: Data) -> np.ndarray:
         return _core(self.args[arg], data, self._keys[1][arg])
 
-    def __call__(self, data: Data) -> Estimate:
+    def __call__(self, data: Data) -> MetricValue:
         resp = data.resp
         if self.name == "p_choose_a":
             return _share(resp == 0, np.ones_like(resp, bool))
@@ -164,9 +166,9 @@ class TemplateMetric:
             pairs = n * (n - 1) / 2
             same = nA * (nA - 1) / 2 + (n - nA) * (n - nA - 1) / 2
             if pairs.sum() == 0:
-                return Estimate(None, None, None)
+                return MetricValue(None, None, None)
             per = same.sum(1) / pairs.sum(1)
-            return Estimate(float(same.sum() / pairs.sum()), float(per.var()), per)
+            return MetricValue(float(same.sum() / pairs.sum()), float(per.var()), per)
         if self.name == "lag1_repeat":
             hit = np.zeros_like(resp, bool)
             hit[:, 1:] = resp[:, 1:] == resp[:, :-1]
@@ -219,7 +221,7 @@ class CodeMetric:
     (:func:`~agentmill.methods.autocog.sandbox.run_metric`): one child call evaluates the pooled data and every
     subject's rows. Value = the pooled call; variance = population variance (ddof 0) of the per-subject values,
     None if any per-subject call failed (the gate then rejects). Never raises on bad code: a failing pooled call
-    gives Estimate(None, None, None), scored as missing, like a failing theory (§9)."""
+    gives MetricValue(None, None, None), scored as missing, like a failing theory (§9)."""
 
     source: str
     rationale: str = ""
@@ -236,25 +238,25 @@ class CodeMetric:
     def to_json(self) -> dict:
         return {"name": "code", "source": self.source, "rationale": self.rationale}
 
-    def evaluate(self, data: Data) -> tuple[Estimate, list]:
-        """The Estimate and the per-call errors (pooled first); a sandbox-level failure is one error string."""
+    def evaluate(self, data: Data) -> tuple[MetricValue, list]:
+        """The MetricValue and the per-call errors (pooled first); a sandbox-level failure is one error string."""
         from agentmill.methods.autocog.sandbox import SandboxError, run_metric
 
         cols, const = data_columns(data)
         try:
             res = run_metric(self.source, cols, const)
         except SandboxError as e:
-            return Estimate(None, None, None), [f"{type(e).__name__}: {e}"]
+            return MetricValue(None, None, None), [f"{type(e).__name__}: {e}"]
         value, per = res["values"][0], res["values"][1:]
         errors = [e for e in res["errors"] if e]
         if value is None:
-            return Estimate(None, None, None), errors
+            return MetricValue(None, None, None), errors
         if not per or any(v is None for v in per):
-            return Estimate(value, None, None), errors
+            return MetricValue(value, None, None), errors
         arr = np.asarray(per, float)
-        return Estimate(float(value), float(arr.var()), arr), errors
+        return MetricValue(float(value), float(arr.var()), arr), errors
 
-    def __call__(self, data: Data) -> Estimate:
+    def __call__(self, data: Data) -> MetricValue:
         return self.evaluate(data)[0]
 
 
@@ -265,7 +267,7 @@ def metric_from_json(d: dict) -> TemplateMetric | CodeMetric:
     return TemplateMetric.from_json(d)
 
 
-_PRED_CACHE: dict[tuple, Estimate] = {}
+_PRED_CACHE: dict[tuple, MetricValue] = {}
 _PRED_CACHE_MAX = 20_000
 
 
@@ -282,12 +284,12 @@ def _pred_key(theory, design, metric, n_sim: int, seed) -> tuple | None:
     return theory.content_id, design, metric.content_id, n_sim, "\x1f".join(repr(k) for k in key)
 
 
-def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_sim: int, seed: tuple) -> Estimate:
+def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_sim: int, seed: tuple) -> MetricValue:
     """Simulate ``theory`` on ``design`` (``n_sim`` subjects, common random numbers keyed by ``seed``) and apply
-    ``metric``. A failing theory yields Estimate(None, None, None) (scored 1, §9).
+    ``metric``. A failing theory yields MetricValue(None, None, None) (scored 1, §9).
 
     Memoised (``_pred_key``): the reviser re-scores the same grammar candidates on the same observations every
-    round, and the result is a pure function of the key. Hits share the Estimate, whose per-subject array is made
+    round, and the result is a pure function of the key. Hits share the MetricValue, whose per-subject array is made
     read-only."""
     from agentmill.methods.autocog.simulate import simulate
 
@@ -298,7 +300,7 @@ def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_si
     try:
         est = metric(simulate(theory, design, n_sim, seed))
     except Exception:  # noqa: BLE001 - a failing (e.g. LLM-written) theory is logged and scored as missing
-        return Estimate(None, None, None)
+        return MetricValue(None, None, None)
     if key is not None:
         if est.per_subject is not None:
             est.per_subject.setflags(write=False)

