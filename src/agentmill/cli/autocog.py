@@ -436,25 +436,49 @@ def cmd_sandbox_check(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  agentmill autocog run --run-dir runs/autocog-ttb --gt ttb --eps 0.25 --rounds 2
+  agentmill autocog leaderboard runs/autocog-ttb --prospective
+  agentmill autocog recover --grid smoke --out runs/recovery --workers 1"""
+RUN_DIR_HELP = "run folder (the --run-dir of 'autocog run': ledger, state.json, cli_args.json)"
+
+
 def register(sub) -> None:
-    p = sub.add_parser("autocog", help="AutoCog (E176): closed-loop discovery of decision theories")
-    s = p.add_subparsers(dest="autocog_cmd", required=True)
+    p = sub.add_parser("autocog", help="AutoCog (E176): closed-loop discovery of decision theories",
+                       description="AutoCog: advocates propose experiment designs that tell two decision theories "
+                                   "apart, a cohort answers,\nan arbiter picks the theory to revise and a reviser "
+                                   "replaces it; every step goes into a hash-chained ledger.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_subparsers(dest="autocog_cmd", required=True,
+                         help="the subcommand ('agentmill autocog SUBCOMMAND -h' shows its flags)")
     r = s.add_parser("run", help="run the loop (programmatic or LLM roles) against a simulated or human cohort")
-    r.add_argument("--run-dir", required=True)
-    r.add_argument("--roles", choices=("search", "llm"), default="search")
+    r.add_argument("--run-dir", required=True,
+                   help="folder for the run's ledger and state (created; the same arguments again continue the run, "
+                        "other arguments are refused)")
+    r.add_argument("--roles", choices=("search", "llm"), default="search",
+                   help="search: programmatic advocates, arbiter and reviser, offline (default); llm: an LM plays the "
+                        "roles (needs --lm), the programmatic ones as fallback")
     r.add_argument("--lm", default=None, help="lm spec for --roles llm (openai:MODEL@URL, scripted:...)")
-    r.add_argument("--cohort", choices=("simulated", "human"), default="simulated")
+    r.add_argument("--cohort", choices=("simulated", "human"), default="simulated",
+                   help="simulated: a hidden ground-truth theory answers (--gt, --eps; default); human: participants "
+                        "of the web app (--db)")
     r.add_argument("--db", default=None, help="--cohort human: the participant app's SQLite database")
-    r.add_argument("--config", default=None, help="--cohort human: the study YAML (spec §6.8), hashed into the "
-                   "ledger and pinned in the database")
+    r.add_argument("--config", default=None,
+                   help="--cohort human: the study config YAML (consent text, recruitment caps, exclusion rules, "
+                        "token lifetime), hashed into the ledger and pinned in the database")
     r.add_argument("--task", choices=tuple(HUMAN_TASKS), default="binary",
                    help="--cohort human: binary (R=1, seeds TTB+WADD) or cardinal (R=5, seeds TTB+Tallying)")
     r.add_argument("--gt", default="ttb", help=f"hidden ground truth: {', '.join(GTS)}")
-    r.add_argument("--eps", type=float, default=0.25, help="ground-truth action noise")
-    r.add_argument("--rounds", type=int, default=5)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--n-designs", type=int, default=200)
-    r.add_argument("--max-candidates", type=int, default=600)
+    r.add_argument("--eps", type=float, default=0.25,
+                   help="ground-truth action noise: the share of answers that are coin flips, in [0, 1] (default 0.25)")
+    r.add_argument("--rounds", type=int, default=5,
+                   help="design-data-revision rounds, followed by one validation round (default 5)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the loop and of the simulated cohort (default 0)")
+    r.add_argument("--n-designs", type=int, default=200,
+                   help="random candidate designs each programmatic advocate scores per proposal (default 200)")
+    r.add_argument("--max-candidates", type=int, default=600,
+                   help="most candidate theories the programmatic reviser scores per revision (default 600)")
     r.add_argument("--gate", default="welch", help="discrimination gate: welch (the paper's), power, jsd_static, "
                    "jsd_sequence; ledgered, so a resume with another gate is refused")
     r.set_defaults(fn=cmd_run)
@@ -464,51 +488,69 @@ def register(sub) -> None:
                                                                 "each theory's score after its admission)"),
                                ("audit", cmd_audit, "verify hash chain, blobs, completeness, state.json")):
         q = s.add_parser(name, help=helptext)
-        q.add_argument("run_dir")
+        q.add_argument("run_dir", help=RUN_DIR_HELP)
         if name == "resume":
-            q.add_argument("--force-config", action="store_true")
+            q.add_argument("--force-config", action="store_true",
+                           help="continue even though the loop's config differs from the ledgered one")
         if name == "leaderboard":
             q.add_argument("--prospective", action="store_true",
                            help="also print each theory's score on observations after its admission (pitfall 4)")
         q.set_defaults(fn=fn)
     rc = s.add_parser("recover", help="AC-7 recovery grid (GT x noise x seeds), resumable per run")
-    rc.add_argument("--grid", choices=("smoke", "quick", "full"), default="quick")
-    rc.add_argument("--out", required=True)
-    rc.add_argument("--workers", type=int, default=2)
+    rc.add_argument("--grid", choices=("smoke", "quick", "full"), default="quick",
+                    help="profile of experiment e176.recovery whose grid and budgets to run (default quick)")
+    rc.add_argument("--out", required=True,
+                    help="folder of the runs, one per cell and seed under OUT/GRID/, and OUT/GRID/summary.json")
+    rc.add_argument("--workers", type=int, default=2, help="runs in parallel, one process each (default 2)")
     rc.set_defaults(fn=cmd_recover)
     b = s.add_parser("battery", help="build or check the frozen held-out battery")
-    b.add_argument("action", choices=("build", "check"))
-    b.add_argument("--out", default=None)
+    b.add_argument("action", choices=("build", "check"),
+                   help="build: regenerate the batteries (R=1 and R=5) and write them; check: print the shipped ones' "
+                        "hashes and checks")
+    b.add_argument("--out", default=None, help="build: battery JSON to write (default: the shipped battery.json)")
     b.set_defaults(fn=cmd_battery)
     v = s.add_parser("serve", help="serve the participant page (FastAPI + SQLite)")
-    v.add_argument("--db", required=True)
-    v.add_argument("--study", default=None, help="study config YAML (spec §6.8), pinned in --db")
-    v.add_argument("--host", default="127.0.0.1")
-    v.add_argument("--port", type=int, default=8765)
-    v.add_argument("--test-mode", action="store_true")
+    v.add_argument("--db", required=True, help="the study's SQLite database (created if missing)")
+    v.add_argument("--study", default=None,
+                   help="study config YAML, pinned in --db (default: the config already pinned there, else the "
+                        "built-in defaults)")
+    v.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; another address needs ethics_reference in the study "
+                        "config)")
+    v.add_argument("--port", type=int, default=8765, help="TCP port (default 8765)")
+    v.add_argument("--test-mode", action="store_true",
+                   help="add the fault-injection endpoint for load tests (loopback only)")
     v.set_defaults(fn=cmd_serve)
     se = s.add_parser("sessions", help="create participant sessions")
-    se.add_argument("action", choices=("create",))
-    se.add_argument("--db", required=True)
-    se.add_argument("--obs", required=True)
-    se.add_argument("--n", type=int, default=30)
-    se.add_argument("--base-url", default="http://127.0.0.1:8765")
+    se.add_argument("action", choices=("create",), help="create: print one participant link per new session")
+    se.add_argument("--db", required=True, help="the study's SQLite database (of 'autocog serve')")
+    se.add_argument("--obs", required=True,
+                    help="observation id awaiting data, as 'autocog run' prints it")
+    se.add_argument("--n", type=int, default=30,
+                    help="sessions (participant links) to create, within the study's max_recruit (default 30)")
+    se.add_argument("--base-url", default="http://127.0.0.1:8765",
+                    help="address participants reach the app at; links are BASE-URL/s/TOKEN "
+                         "(default http://127.0.0.1:8765)")
     se.set_defaults(fn=cmd_sessions)
     e = s.add_parser("export", help="export trials and participants")
-    e.add_argument("--db", required=True)
-    e.add_argument("--format", choices=("csv", "jsonl"), default="csv")
-    e.add_argument("--out", required=True)
-    e.add_argument("--include-excluded", action="store_true")
+    e.add_argument("--db", required=True, help="the study's SQLite database")
+    e.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="table format (default csv)")
+    e.add_argument("--out", required=True,
+                   help="folder for trials.*, participants.* and loop.jsonl (created)")
+    e.add_argument("--include-excluded", action="store_true",
+                   help="also export the trials of participants the exclusion rules drop")
     e.add_argument("--include-raw-pids", action="store_true",
                    help="also write raw_pids.* (participant -> raw PID; only stored under store_raw_pid: true)")
     e.set_defaults(fn=cmd_export)
-    fx = s.add_parser("fixture", help="verify the human-data fixture or replay its scores (spec §6.9)")
-    fx.add_argument("action", choices=("verify", "replay"))
-    fx.add_argument("dir")
-    fx.add_argument("--run", choices=("binary", "cardinal"), default=None)
+    fx = s.add_parser("fixture", help="verify the human-data fixture or replay the authors' scores from it")
+    fx.add_argument("action", choices=("verify", "replay"),
+                    help="verify: file hashes against the manifest; replay: rescore a run and compare with the "
+                         "authors' final leaderboard")
+    fx.add_argument("dir", help="fixture folder (manifest.json, binary/, cardinal/), e.g. tests/fixtures/autocog_human")
+    fx.add_argument("--run", choices=("binary", "cardinal"), default=None, help="replay: which human run to rescore")
     fx.set_defaults(fn=cmd_fixture)
     th = s.add_parser("theory", help="check a theory's declarable properties (pitfall 20)")
-    th.add_argument("action", choices=("check",))
+    th.add_argument("action", choices=("check",), help="check: test every declarable property")
     th.add_argument("file", nargs="?", default=None,
                     help="JSON/YAML theory recipe (state.json's theories[...].spec, optional 'properties' list)")
     th.add_argument("--library", default=None, help="check a built-in rule instead (ttb, wadd, dial, ...)")

@@ -1139,11 +1139,26 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="model backend: only transformers (llamacpp is not implemented; it exits 2)")
 
 
+EXAMPLES = """\
+examples:
+  agentmill constraint-rot generate --split test_iid --n 96 --seed 0 --out ep.jsonl
+  agentmill constraint-rot run --episodes ep.jsonl --actor scripted:rule-reader --compactor window --out res.jsonl
+  agentmill constraint-rot report res.jsonl --out report.md"""
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("constraint-rot", help="ConstraintRot (E164): catalogue, episodes, runs, reports, pinning hooks")
-    cs = sp.add_subparsers(dest="cr_cmd", required=True)
+    sp = sub.add_parser("constraint-rot",
+                        help="ConstraintRot (E164): catalogue, episodes, runs, reports, pinning hooks",
+                        description="ConstraintRot: does an agent still follow a rule from its context after "
+                                    "that context is compacted? Generate\nepisodes, run them through compactors and "
+                                    "actors, report rule survival; pinning keeps rule cards in the context.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cs = sp.add_subparsers(dest="cr_cmd", required=True,
+                           help="the subcommand ('agentmill constraint-rot SUBCOMMAND -h' shows its flags)")
     c = cs.add_parser("catalogue", help="validate, list or split the rule catalogue")
-    c.add_argument("catalogue_cmd", choices=("validate", "list", "split"))
+    c.add_argument("catalogue_cmd", choices=("validate", "list", "split"),
+                   help="validate: run every family's self-checks, print version and sha256; list: one line per rule "
+                        "family; split: families per split and kind")
     c.add_argument("--path", default=None, help="catalogue folder (default: the shipped one)")
     c.add_argument("--kind", choices=("soft", "hard"), default=None, help="list: only this kind")
     c.add_argument("--split", choices=SPLITS, default=None, help="list: only this split")
@@ -1153,10 +1168,13 @@ def register(sub) -> None:
                                                        "scope_tools}])")
     h.set_defaults(fn=cmd_pin_hook)
 
-    g = cs.add_parser("generate", help="generate episodes (spec §2.2) into a JSONL file")
-    g.add_argument("--split", choices=SPLITS, required=True)
+    g = cs.add_parser("generate", help="generate episodes into a JSONL file (kinds in turn, families in a seeded "
+                                       "order)")
+    g.add_argument("--split", choices=SPLITS, required=True,
+                   help="parameter pool and phrasings to draw from: train, dev, test_iid, or test_ood_family (the "
+                        "held-out families)")
     g.add_argument("--n", type=int, required=True, help="number of episodes")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="seed of the episodes drawn (default 0)")
     g.add_argument("--kinds", default="soft,hard", help="comma list of soft,hard")
     g.add_argument("--locations", default=None, help="comma list of locations (default: the five in-context ones)")
     g.add_argument("--attack", default="none", help="none | fixed | filler | forged_card | template:A1..A6 | "
@@ -1192,7 +1210,8 @@ def register(sub) -> None:
     _model_flags(r)
     r.set_defaults(fn=cmd_run)
 
-    x = cs.add_parser("cross", help="summarisers x actors on identical inputs (spec §2.9): V[s][a], η²_S, η²_A")
+    x = cs.add_parser("cross", help="summarisers x actors on identical inputs: rule-survival matrix V[s][a] and the "
+                                    "variance shares η²_S, η²_A")
     x.add_argument("--summarisers", nargs="+", action="append", required=True, metavar="COMPACTOR",
                    help="two or more --compactor specs (rows of V), e.g. window extractive "
                         "summary:style=handoff,lm=hf:smollm2")
@@ -1209,15 +1228,17 @@ def register(sub) -> None:
     _model_flags(x)
     x.set_defaults(fn=cmd_cross)
 
-    at = cs.add_parser("attack", help="the compaction-eviction attack optimiser (spec §2.8)")
-    atsub = at.add_subparsers(dest="attack_cmd", required=True)
+    at = cs.add_parser("attack", help="the compaction-eviction attack optimiser: payloads that make a compactor drop "
+                                      "the rule")
+    atsub = at.add_subparsers(dest="attack_cmd", required=True,
+                              help="the subcommand ('agentmill constraint-rot attack SUBCOMMAND -h' shows its flags)")
     ao = atsub.add_parser("optimise", help="random search + GA over template slots against one compactor on dev "
                                            "episodes; writes the frozen attack JSON (usable as --attack FILE)")
     ao.add_argument("--target", required=True, help="the compactor to attack, a --compactor spec, e.g. "
                                                     "summary:style=goal_extract,lm=hf:smollm2 or note_following")
     ao.add_argument("--dev", required=True, help="dev episodes JSONL without attacks (generate --split dev)")
     ao.add_argument("--out", required=True, help="attack.json (written once, never overwritten)")
-    ao.add_argument("--population", type=int, default=8, help="GA population (spec: quick 8, full 16)")
+    ao.add_argument("--population", type=int, default=8, help="GA population (the design's budget: 8 quick, 16 full)")
     ao.add_argument("--generations", type=int, default=2, help="GA generations after the random one (quick 2, "
                                                                "full 4)")
     ao.add_argument("--templates", default=",".join(("A1", "A2", "A3", "A4", "A5", "A6")),
@@ -1232,20 +1253,21 @@ def register(sub) -> None:
     ao.set_defaults(fn=cmd_attack_optimise)
 
     o = cs.add_parser("organism", help="train (content-addressed, cached) or validate (G1-G6) the model organism")
-    osub = o.add_subparsers(dest="organism_cmd", required=True)
+    osub = o.add_subparsers(dest="organism_cmd", required=True,
+                            help="the subcommand ('agentmill constraint-rot organism SUBCOMMAND -h' shows its flags)")
     t = osub.add_parser("train", help="train the LoRA organism, or reuse the cached adapter with the same address")
     t.add_argument("--profile", choices=tuple(PROFILE_N_TRAIN), required=True,
                    help="quick = 320 SFT examples (the E164 experiments' full-profile organism), full = 960")
     t.add_argument("--n-train", type=int, default=None, help="SFT examples (overrides the profile's)")
     t.add_argument("--instinct", action="store_true", help="the instinct variant (refuses hard triggers unruled)")
     t.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16",
-                   help="training dtype (bf16: CPU autocast, the default since recipe v2; fp32 = spec v1)")
+                   help="training dtype (bf16: CPU autocast, the default since recipe v2; fp32 = recipe v1)")
     t.add_argument("--base", default="hf:smollm2", help="organism base: an hf: GGUF spec (default SmolLM2)")
     t.add_argument("--max-length", type=int, default=1536, help="max tokens per SFT example")
     t.add_argument("--lr", type=float, default=None,
-                   help="AdamW learning rate (default 1e-3, since recipe v2; the spec's v1 recipe is 3e-4)")
+                   help="AdamW learning rate (default 1e-3, since recipe v2; recipe v1 used 3e-4)")
     t.add_argument("--history-weight", type=float, default=None,
-                   help="weight of the loss on past tool-call turns (default 1.0, since recipe v2; 0 = spec v1)")
+                   help="weight of the loss on past tool-call turns (default 1.0, since recipe v2; 0 = recipe v1)")
     t.add_argument("--paired", action=argparse.BooleanOptionalAction, default=None,
                    help="contrastive-group SFT data kept together in a step (default: on, recipe v3; "
                         "--no-paired = recipe v2)")
@@ -1259,7 +1281,8 @@ def register(sub) -> None:
     t.set_defaults(fn=cmd_organism_train)
     v = osub.add_parser("validate", help="gates G1-G6 on held-out test_iid episodes; the report goes into the card")
     v.add_argument("dir", help="adapter directory (holds organism_card.json)")
-    v.add_argument("--n-per-cell", type=int, default=150, help="episodes per cell (spec: >= 150 full, >= 60 quick)")
+    v.add_argument("--n-per-cell", type=int, default=150,
+                   help="episodes per cell (default 150; the design asks >= 150 at full, >= 60 at quick)")
     v.add_argument("--seed", type=int, default=1, help="episode seed of the held-out cells")
     v.add_argument("--split", choices=("test_iid", "train"), default="test_iid",
                    help="test_iid = the gates (written into the card); train = diagnostic on fresh train-split "

@@ -188,41 +188,70 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  agentmill dspark train --steps 1200 --out drafters/r64
+  agentmill dspark calibrate --ckpt drafters/r64 --buckets greedy,t0.7,t1.0
+  agentmill dspark export --ckpt drafters/r64 --format deepspec --out drafters/r64-deepspec"""
+MODEL_HELP = "target model: smollm2 (the embedded SmolLM2-135M-Instruct, default) or tiny (a small test model)"
+BUCKETS_HELP = ("sampling temperatures to calibrate, comma-separated from greedy, t0.7, t1.0 "
+                "(default greedy,t1.0)")
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("dspark", help="DSpark drafter: train (whole cached pipeline), calibrate, export")
-    ds = sp.add_subparsers(dest="dspark_cmd", required=True)
+    sp = sub.add_parser("dspark", help="DSpark drafter: train (whole cached pipeline), calibrate, export",
+                        description="DSpark: a small drafter reading the target's hidden states proposes a block of "
+                                    "tokens,\nthe target verifies them exactly. Build, calibrate and export the "
+                                    "drafter that 'agentmill serve' uses.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ds = sp.add_subparsers(dest="dspark_cmd", required=True,
+                           help="the subcommand ('agentmill dspark SUBCOMMAND -h' shows its flags)")
     t = ds.add_parser("train", help="corpus → feature cache → training → STS calibration, each stage cached")
-    t.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
-    t.add_argument("--prompts", type=int, default=480, help="training prompts (templated, train families)")
-    t.add_argument("--max-new", type=int, default=128)
-    t.add_argument("--temperature", type=float, default=1.0)
+    t.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"), help=MODEL_HELP)
+    t.add_argument("--prompts", type=int, default=480, help="training prompts (templated, train families; default 480)")
+    t.add_argument("--max-new", type=int, default=128,
+                   help="tokens the target generates per training prompt (default 128)")
+    t.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature of the target's training answers (default 1.0)")
     t.add_argument("--data", default=None, help="use this corpus JSONL instead of generating one")
     t.add_argument("--cache", default=None, help="use this feature cache instead of building one")
-    t.add_argument("--layers", default=LAYERS)
-    t.add_argument("--steps", type=int, default=1200)
-    t.add_argument("--markov-rank", type=int, default=64)
-    t.add_argument("--draft-vocab", default="8192")
-    t.add_argument("--block-size", type=int, default=7)
-    t.add_argument("--num-layers", type=int, default=2)
+    t.add_argument("--layers", default=LAYERS,
+                   help=f"target layers whose hidden states the drafter reads, comma-separated (default {LAYERS})")
+    t.add_argument("--steps", type=int, default=1200, help="training steps (default 1200)")
+    t.add_argument("--markov-rank", type=int, default=64,
+                   help="rank of the drafter's Markov correction head, 0 = none (default 64)")
+    t.add_argument("--draft-vocab", default="8192",
+                   help="draft vocabulary: the N most frequent corpus tokens (N >= 16) or 'full' (default 8192)")
+    t.add_argument("--block-size", type=int, default=7,
+                   help="block size: most tokens drafted per verification round (default 7)")
+    t.add_argument("--num-layers", type=int, default=2, help="transformer layers of the drafter (default 2)")
     t.add_argument("--init", default=None, help="start from this drafter checkpoint")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--out", default=None)
-    t.add_argument("--calib-prompts", type=int, default=24, help="0 skips calibration")
-    t.add_argument("--calib-max-new", type=int, default=96)
-    t.add_argument("--buckets", default="greedy,t1.0")
+    t.add_argument("--seed", type=int, default=0, help="seed of the drafter's initialisation and training (default 0)")
+    t.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    t.add_argument("--out", default=None,
+                   help="drafter checkpoint folder (default: artifacts/dspark/<target>/drafter-r<rank>-s<steps>; "
+                        "$AGENTMILL_ARTIFACTS replaces artifacts/)")
+    t.add_argument("--calib-prompts", type=int, default=24,
+                   help="held-out calibration prompts after training; 0 skips calibration (default 24)")
+    t.add_argument("--calib-max-new", type=int, default=96,
+                   help="tokens generated per calibration prompt (default 96)")
+    t.add_argument("--buckets", default="greedy,t1.0", help=BUCKETS_HELP)
     t.set_defaults(fn=cmd_train)
     c = ds.add_parser("calibrate", help="STS temperatures from full-verification rounds on calib families")
-    c.add_argument("--ckpt", required=True)
-    c.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
-    c.add_argument("--prompts", type=int, default=24)
-    c.add_argument("--max-new", type=int, default=96)
-    c.add_argument("--buckets", default="greedy,t1.0")
-    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--ckpt", required=True,
+                   help="drafter checkpoint folder (holds config.json); calibration.json is written into it")
+    c.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"), help=MODEL_HELP)
+    c.add_argument("--prompts", type=int, default=24, help="held-out calibration prompts (default 24)")
+    c.add_argument("--max-new", type=int, default=96, help="tokens generated per calibration prompt (default 96)")
+    c.add_argument("--buckets", default="greedy,t1.0", help=BUCKETS_HELP)
+    c.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     c.set_defaults(fn=cmd_calibrate)
     e = ds.add_parser("export", help="fp16 copy for assets/, or the DeepSpec layout for vLLM/SGLang users")
-    e.add_argument("--ckpt", required=True)
-    e.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
-    e.add_argument("--format", choices=("fp16", "deepspec"), default="deepspec")
-    e.add_argument("--out", required=True)
+    e.add_argument("--ckpt", required=True, help="drafter checkpoint folder to export (holds config.json)")
+    e.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"), help=MODEL_HELP)
+    e.add_argument("--format", choices=("fp16", "deepspec"), default="deepspec",
+                   help="deepspec: DeepSpec's checkpoint layout (default); fp16: this project's layout with fp16 "
+                        "weights, small enough for assets/")
+    e.add_argument("--out", required=True,
+                   help="folder the exported drafter is written to (deepspec replaces an existing one)")
     e.set_defaults(fn=cmd_export)

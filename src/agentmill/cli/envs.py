@@ -247,9 +247,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  agentmill envs rollout --env keydoor-v0 --policy random --groups 20 --n 8 --out rollouts.jsonl
+  agentmill envs textworld-games --n 6 --seed 1000 --out games
+  agentmill envs rollout --env textworld:games --groups 6 --out tw-rollouts.jsonl"""
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("envs", help="text environments: generate TextWorld games, collect rollout groups")
-    es = sp.add_subparsers(dest="envs_cmd", required=True)
+    sp = sub.add_parser("envs", help="text environments: generate TextWorld games, collect rollout groups",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    es = sp.add_subparsers(dest="envs_cmd", required=True,
+                           help="the subcommand ('agentmill envs SUBCOMMAND -h' shows its flags)")
     g = es.add_parser("textworld-games", help="generate calibrated TextWorld games offline with tw-make")
     g.add_argument("--n", type=int, required=True, help="games to keep")
     g.add_argument("--seed", type=int, default=1000, help="first tw-make seed (then seed+1, ...)")

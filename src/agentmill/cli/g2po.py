@@ -179,12 +179,26 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  agentmill g2po advantages --in rollouts.jsonl --estimator g2po --out adv.jsonl
+  agentmill g2po advantages --in rollouts.jsonl --estimator gigpo --key similar:0.95 --out adv-gigpo.jsonl
+  agentmill g2po graph --in rollouts.jsonl --group 0 --dot group0.dot"""
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("g2po", help="GRPO / GiGPO / G2PO-style (reconstructed) step advantages and state graphs")
-    gs = sp.add_subparsers(dest="g2po_cmd", required=True)
+    sp = sub.add_parser("g2po", help="GRPO / GiGPO / G2PO-style (reconstructed) step advantages and state graphs",
+                        description="Step advantages of rollout groups (from 'agentmill envs rollout'): GRPO's "
+                                    "episode-level baseline, GiGPO's\nanchor-state groups, and G2PO-style credit from "
+                                    "a graph of the states the group revisits.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gs = sp.add_subparsers(dest="g2po_cmd", required=True,
+                           help="the subcommand ('agentmill g2po SUBCOMMAND -h' shows its flags)")
     a = gs.add_parser("advantages", help="advantages of every step of a rollout file, with graph diagnostics")
     a.add_argument("--in", dest="inp", metavar="ROLLOUTS", required=True, help="rollouts JSONL (agentmill.rollout/1)")
-    a.add_argument("--estimator", required=True, help="grpo | gigpo | g2po")
+    a.add_argument("--estimator", required=True,
+                   help="grpo (episode advantage only) | gigpo (plus step groups of equal states) | g2po (plus credit "
+                        "from the state graph)")
     a.add_argument("--key", default=DEFAULT_KEY,
                    help=f"state key: exact | hash | fields:a,b | scrub:REGEX | scrub:unique | similar:θ (GiGPO only); "
                         f"default {DEFAULT_KEY}")

@@ -1,6 +1,6 @@
 """The ``agentmill`` command line: a thin face over ``experiments`` and ``report``.
 
-    agentmill list
+    agentmill list [--papers]
     agentmill run <id> [--profile quick] [--set key=value ...] [--model SPEC] [--executor serial|process|ray]
                        [--ray-address ADDR]
     agentmill reproduce [--profile quick] [--model SPEC] [--only ID ...] [--fresh] [--jobs N]
@@ -69,6 +69,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from agentmill.experiments import paper_modules, registry, unavailable
     from agentmill.experiments.runner import load_record
 
+    if args.papers:
+        return _list_papers()
     table = Table(title="agentmill experiments",
                   caption="needs: the extras an experiment runs with ([red]red[/]: not installed here; "
                           "pip install 'agentmill\\[<extra>]'); model experiments also need their --model's backend "
@@ -91,6 +93,37 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(f"[bold]{package.rsplit('.', 1)[1]}/*[/]", ", ".join(f"[red]{m}[/]" for m in missing), "", "",
                       "", "", escape(f"{len(paper_modules(package))} experiments, not loaded: "
                                  f"pip install 'agentmill[{','.join(missing)}]'"))
+    _console().print(table)
+    return 0
+
+
+def _list_papers() -> int:
+    """``agentmill list --papers``: one row per paper (``report.papers.group_by_paper``), then one per paper package
+    this install cannot load (claims unknown: its experiments are not defined)."""
+    from importlib import import_module
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from agentmill.experiments import paper_modules, registry, unavailable
+    from agentmill.report.papers import group_by_paper
+
+    papers = group_by_paper(registry())
+    n_exps = sum(len(p.experiments) for p in papers)
+    n_claims = sum(len(e.claims) for p in papers for e in p.experiments)
+    table = Table(title="agentmill papers",
+                  caption=f"{len(papers)} papers, {n_exps} experiments, {n_claims} claims; 'agentmill list' shows "
+                          f"every claim with its test and latest verdict")
+    for col, justify in (("paper", "left"), ("experiments", "right"), ("claims", "right"), ("citation", "left")):
+        table.add_column(col, justify=justify)
+    for p in papers:
+        table.add_row(f"[bold]{p.label}[/]", str(len(p.experiments)), str(sum(len(e.claims) for e in p.experiments)),
+                      escape(p.citation))
+    for package, missing in unavailable().items():  # one row each too, so no paper silently vanishes
+        name = package.rsplit(".", 1)[1]
+        table.add_row(f"[bold]{name.split('_', 1)[0].upper()}[/]", str(len(paper_modules(package))), "-",
+                      escape(f"{getattr(import_module(package), 'PAPER', name)} (not loaded: pip install "
+                             f"'agentmill[{','.join(missing)}]')"))
     _console().print(table)
     return 0
 
@@ -271,35 +304,58 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = """\
+Reproduce the key claims of LLM-agent papers at small scale on a CPU: list the experiments, run one or all of
+them, render the report. The other commands are the papers' methods as tools of their own."""
+EPILOG = """\
+examples:
+  agentmill list --papers
+  agentmill run e162.collapse_law --profile quick
+  agentmill reproduce --profile quick --jobs 2
+  agentmill report --save-results
+
+'agentmill COMMAND -h' shows a command's flags and examples. Exit codes: 0 success, 1 an experiment failed or a
+file could not be read or written, 2 bad input (unknown id, bad --set, bad model spec)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentmill", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="agentmill", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True,
+                           help="the command ('agentmill COMMAND -h' shows its flags)")
 
     def common(sp, model=True):
-        sp.add_argument("--profile", default="quick", choices=PROFILES, help="smoke | quick (default) | full")
+        sp.add_argument("--profile", default="quick", choices=PROFILES,
+                        help="experiment size: smoke (a wiring check, never judged), quick (default) or full")
         sp.add_argument("--runs-dir", default="runs", help="where run records and checkpoints live")
         if model:
             sp.add_argument("--model", default=None, help="model spec, e.g. hf:smollm2 (default), "
                                                           "openai:<model>@<base_url>, tiny:<path>")
-            sp.add_argument("--executor", default="serial", choices=EXECUTORS)
+            sp.add_argument("--executor", default="serial", choices=EXECUTORS,
+                            help="how an experiment's independent work units run: serial (default, in this process), "
+                                 "process (a local process pool) or ray; the results are the same")
             sp.add_argument("--ray-address", default=None, metavar="ADDR",
                             help="with --executor ray: join the Ray cluster at ADDR (host:port, ray://host:port or "
                                  "auto) instead of starting a local runtime; $RAY_ADDRESS does the same")
             sp.add_argument("--fresh", action="store_true", help="rerun even if a matching record exists")
 
     sp = sub.add_parser("list", help="list experiments, their claims and latest verdicts")
+    sp.add_argument("--papers", action="store_true",
+                    help="one row per paper (label, citation, number of experiments and claims) instead of one row "
+                         "per claim; no verdicts, so --profile and --runs-dir are not read")
     common(sp, model=False)
     sp.set_defaults(fn=cmd_list)
 
     sp = sub.add_parser("run", help="run one experiment")
-    sp.add_argument("id")
+    sp.add_argument("id", help="experiment id as 'agentmill list' shows it, e.g. e162.collapse_law")
     sp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setup field")
     common(sp)
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("reproduce", help="run every experiment and write the report (the main job)")
     sp.add_argument("--only", nargs="+", metavar="ID", help="run only these experiment ids")
-    sp.add_argument("--report-dir", default="report")
+    sp.add_argument("--report-dir", default="report",
+                    help="folder of the HTML report: index.html and one page per paper (default: report)")
     sp.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                     help="run up to N single-core experiments side by side (those with no timing claim, model "
                          "experiments on one torch thread each); timing experiments run one at a time on a core of "
@@ -315,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "summaries to commit, from those records. --markdown: write the README's verdict block and "
                     "docs/verdicts.md from <results-dir>/quick and <results-dir>/full (not from runs); with --check, "
                     "write nothing and exit 1 when the committed files differ from that render.")
-    sp.add_argument("--report-dir", default="report")
+    sp.add_argument("--report-dir", default="report",
+                    help="folder of the HTML report: index.html and one page per paper (default: report)")
     sp.add_argument("--results-dir", default="results", help="committed result summaries (default: results)")
     mode = sp.add_mutually_exclusive_group()
     mode.add_argument("--save-results", action="store_true",

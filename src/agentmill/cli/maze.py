@@ -19,10 +19,11 @@ METHODS = ("sft", "rlvr-exact", "rlvr", "distill", "distill-stripped")
 
 
 def _add_maze_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--W", type=int, default=4, help="arms (>= 2)")
-    sp.add_argument("--K", type=int, default=5, help="depth of each arm (>= 2)")
-    sp.add_argument("--L", type=int, default=2, help="parallel forward edges per step (>= 1)")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--W", type=int, default=4, help="arms from the hub (>= 2, default 4)")
+    sp.add_argument("--K", type=int, default=5, help="depth of each arm in steps (>= 2, default 5)")
+    sp.add_argument("--L", type=int, default=2, help="parallel forward edges per step (>= 1, default 2)")
+    sp.add_argument("--seed", type=int, default=0,
+                    help="random seed: of the --mc estimate (solve), of sampled training and traces (train); default 0")
 
 
 def _env(args):
@@ -114,27 +115,61 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+FIELD_HELP = {
+    "sft_steps": "Adam steps of SFT on golden shortest paths",
+    "sft_lr": "Adam learning rate of SFT",
+    "sft_batch": "golden paths per SFT step with --sft-mode sampled",
+    "rl_steps": "Adam steps of the exact policy-gradient flow (rlvr-exact)",
+    "rl_lr": "Adam learning rate of rlvr-exact and of REINFORCE (rlvr, distill*)",
+    "reinforce_episodes": "REINFORCE episodes in total (rlvr, distill*)",
+    "reinforce_batch": "episodes per REINFORCE update; the advantage is reward minus the batch mean",
+    "t_max_factor": "REINFORCE horizon T_max = factor x optimal steps; success within T_max earns 1 - steps/T_max",
+    "distill_traces": "successful teacher traces the student is fitted to (distill*)",
+    "distill_steps": "Adam steps of the student's maximum-likelihood fit (distill*)",
+    "distill_lr": "Adam learning rate of the student's fit (distill*)",
+}
+"""Help lines of the training flags (the fields of ``MazeConfig``); a field without one gets its default only."""
+EXAMPLES = """\
+examples:
+  agentmill maze solve --W 4 --K 6 --L 2 --policy sft --mc 20000
+  agentmill maze train --method rlvr-exact --W 4 --K 5 --L 2 --out policy.json
+  agentmill maze train --method distill-stripped --W 3 --K 4 --seed 1"""
+
+
 def register(sub) -> None:
     from agentmill.methods.backtrack_maze.config import MazeConfig
 
-    maze = sub.add_parser("maze", help="E163 path-star maze: exact hitting times, SFT / RLVR / distillation")
-    msub = maze.add_subparsers(dest="maze_command", required=True)
+    maze = sub.add_parser("maze", help="E163 path-star maze: exact hitting times, SFT / RLVR / distillation",
+                          description="A path-star maze: W arms of depth K from a hub, L parallel forward edges per "
+                                      "step, one arm ends at\nthe goal. Tabular policies over (depth, facing); E[T] is "
+                                      "the exact expected number of steps to the goal.",
+                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    msub = maze.add_subparsers(dest="maze_command", required=True,
+                               help="the subcommand ('agentmill maze SUBCOMMAND -h' shows its flags)")
 
     sp = msub.add_parser("solve", help="exact expected steps of a reference policy")
     _add_maze_args(sp)
     sp.add_argument("--policy", choices=POLICIES, default="base",
                     help="base: uniform walk; sft: SFT-converged (P(back|fwd)=0); optimal: the RLVR limit")
-    sp.add_argument("--mc", type=int, default=None, metavar="EPISODES", help="also a Monte Carlo estimate")
+    sp.add_argument("--mc", type=int, default=None, metavar="EPISODES",
+                    help="also estimate E[T] by Monte Carlo over EPISODES episodes (>= 2)")
     sp.set_defaults(fn=cmd_solve)
 
     sp = msub.add_parser("train", help="train from the uniform base and report the exact expected steps")
     _add_maze_args(sp)
-    sp.add_argument("--method", choices=METHODS, required=True)
-    sp.add_argument("--sft-mode", choices=("exact", "sampled"), default="exact")
+    sp.add_argument("--method", choices=METHODS, required=True,
+                    help="sft: cross-entropy on golden shortest paths; rlvr-exact: exact policy-gradient flow on "
+                         "log E[T]; rlvr: sampled REINFORCE; distill: REINFORCE teacher, then a fresh student fitted "
+                         "to its successful traces; distill-stripped: the same on each trace's last segment from the "
+                         "hub only")
+    sp.add_argument("--sft-mode", choices=("exact", "sampled"), default="exact",
+                    help="with --method sft: exact (expected counts over all golden paths, default) or sampled "
+                         "(--sft-batch paths per step)")
     sp.add_argument("--out", default=None, help="write the trained logits as JSON")
     for f in dataclasses.fields(MazeConfig):
         if f.name == "mc_episodes":
             continue
         sp.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default,
-                        help=f"(default {f.default})")
+                        help=f"{FIELD_HELP[f.name]} (default {f.default})" if f.name in FIELD_HELP
+                        else f"(default {f.default})")
     sp.set_defaults(fn=cmd_train, mc_episodes=MazeConfig().mc_episodes)

@@ -295,22 +295,46 @@ HELP_RATIO_MODES = ("per_token", "separate")
 HELP_ACTION_SPACES = ("free_text", "candidates")
 
 
+EXAMPLES = """\
+examples:
+  agentmill progress score --in rollouts.jsonl --policy hf:smollm2+adapter=lora --reference hf:smollm2 --out scores.json
+  agentmill progress auroc --in scores.json --rollouts rollouts.jsonl
+  agentmill progress attribute --in scores.json --rollouts rollouts.jsonl --out picks.jsonl"""
+
+
 def register(sub) -> None:
     sp = sub.add_parser("progress", help="progress advantage β·log(π/π_ref): score rollouts, best-of-N, AUROC, "
-                                         "failure attribution (E173)")
-    ps = sp.add_subparsers(dest="progress_cmd", required=True)
+                                         "failure attribution (E173)",
+                        description="The progress advantage A_t = β·log(π/π_ref) of each step of a rollout, from a "
+                                    "post-trained policy and its\nreference model, used as a free step grader.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = sp.add_subparsers(dest="progress_cmd", required=True,
+                           help="the subcommand ('agentmill progress SUBCOMMAND -h' shows its flags)")
     s = ps.add_parser("score", help="step scores of every trajectory under a (policy, reference) pair")
     s.add_argument("--in", dest="inp", metavar="ROLLOUTS", required=True, help="rollouts JSONL (agentmill.rollout/1)")
-    s.add_argument("--policy", required=True, help="LM spec, or hf:BASE+adapter=DIR")
-    s.add_argument("--reference", required=True, help="LM spec of π_ref")
+    s.add_argument("--policy", required=True,
+                   help="the post-trained policy π: an LM spec, or hf:BASE+adapter=DIR for a LoRA adapter over BASE")
+    s.add_argument("--reference", required=True, help="LM spec of the reference model π_ref (hf:BASE for an adapter)")
     s.add_argument("--beta", type=float, default=1.0, help="β (official default 1.0; rescales, ranks unchanged)")
-    s.add_argument("--token-agg", default="sum", help=" | ".join(HELP_TOKEN_AGGS) + " (sum is the exact one)")
-    s.add_argument("--step-agg", default="sum", help=" | ".join(HELP_STEP_AGGS) + " (for the printed summary)")
-    s.add_argument("--action-space", default="free_text", help=" | ".join(HELP_ACTION_SPACES))
-    s.add_argument("--ratio-mode", default="per_token", help=" | ".join(HELP_RATIO_MODES))
-    s.add_argument("--truncate", default="error", help="error | left (drop the oldest tokens; those steps are NaN)")
-    s.add_argument("--top-k", type=int, default=0, help="top-k mean log-prob for the self-certainty baseline")
-    s.add_argument("--batch-size", type=int, default=4, help="trajectories per forward pass")
+    s.add_argument("--token-agg", default="sum",
+                   help="how an action's token log-ratios become its step score: "
+                        + " | ".join(HELP_TOKEN_AGGS) + " (default sum, the exact one)")
+    s.add_argument("--step-agg", default="sum",
+                   help="how step scores become a trajectory score, for the printed summary: "
+                        + " | ".join(HELP_STEP_AGGS) + " (default sum)")
+    s.add_argument("--action-space", default="free_text",
+                   help="free_text: log-prob of the action text (default); candidates: normalised over the step's "
+                        "admissible commands (needs rollouts with 'candidates')")
+    s.add_argument("--ratio-mode", default="per_token",
+                   help="per_token: aggregate the token log-ratios (default); separate: aggregate each model's "
+                        "log-probs, then subtract (the official scorer's semantics)")
+    s.add_argument("--truncate", default="error",
+                   help="a rollout longer than the model's context: error (default) or left (drop the oldest tokens; "
+                        "steps that lose tokens score NaN)")
+    s.add_argument("--top-k", type=int, default=0,
+                   help="k of the top-k mean log-prob kept for the self-certainty baseline; 0 = not computed "
+                        "(default 0)")
+    s.add_argument("--batch-size", type=int, default=4, help="trajectories per forward pass (default 4)")
     s.add_argument("--out", required=True, help="score file (one JSON document)")
     s.set_defaults(fn=cmd_score)
     for name, fn, text in (("bon", cmd_bon, "best-of-N selection per group by trajectory score"),
@@ -322,11 +346,15 @@ def register(sub) -> None:
         a.add_argument("--rollouts", required=True, help="the rollouts JSONL the scores were computed from")
         a.add_argument("--seed", type=int, default=0, help="tie-breaking / bootstrap seed")
         if name == "attribute":
-            a.add_argument("--method", default="min_cumulative", help="min_cumulative | sharpest_drop | "
-                                                                      "sharpest_abs_drop")
+            a.add_argument("--method", default="min_cumulative",
+                           help="rule picking the blamed step: min_cumulative (lowest running total; default), "
+                                "sharpest_drop (lowest step score), sharpest_abs_drop (largest fall between steps)")
             a.add_argument("--out", default=None, help="optional JSONL of the per-trajectory picks")
         else:
-            a.add_argument("--step-agg", default="sum", help=" | ".join(HELP_STEP_AGGS) + " (pre-registered: sum)")
+            a.add_argument("--step-agg", default="sum",
+                           help="how step scores become a trajectory score: "
+                                + " | ".join(HELP_STEP_AGGS) + " (default sum, the pre-registered one)")
         if name == "auroc":
-            a.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
+            a.add_argument("--n-boot", type=int, default=2000,
+                           help="bootstrap resamples of each 95%% CI (default 2000)")
         a.set_defaults(fn=fn)

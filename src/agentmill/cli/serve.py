@@ -175,17 +175,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = """\
+examples:
+  agentmill serve
+  agentmill serve --policy ngram:4 --max-num-seqs 8 --threads 2
+  agentmill serve --host 0.0.0.0 --port 8080    # with the key in $AGENTMILL_API_KEY"""
+
+
 def register(sub) -> None:
-    sp = sub.add_parser("serve", help="OpenAI-compatible server (chat/completions, SSE, continuous batching)")
-    sp.add_argument("--model", default="hf:smollm2", help="hf:smollm2 (default), hf:<llama folder/gguf>, tiny")
-    sp.add_argument("--served-model-name", default=None)
+    sp = sub.add_parser("serve", help="OpenAI-compatible server (chat/completions, SSE, continuous batching)",
+                        description="Serve a model over the OpenAI API (/v1/chat/completions, /v1/completions, "
+                                    "/v1/models) with continuous\nbatching and exact speculative decoding (DSpark "
+                                    "by default for the embedded SmolLM2).",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--model", default="hf:smollm2", help="hf:smollm2 (default, the embedded SmolLM2-135M-Instruct), "
+                                                          "hf:<llama folder/gguf>, or tiny (a small test model)")
+    sp.add_argument("--served-model-name", default=None,
+                    help="model name that /v1/models lists and responses carry; requests naming another model get "
+                         "404 (default: from --model, e.g. smollm2-135m)")
     sp.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes the server)")
-    sp.add_argument("--port", type=int, default=8000)
-    sp.add_argument("--max-num-seqs", type=int, default=16)
-    sp.add_argument("--max-model-len", type=int, default=2048)
-    sp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    sp.add_argument("--threads", type=int, default=1)
+    sp.add_argument("--port", type=int, default=8000, help="TCP port, 1-65535 (default 8000)")
+    sp.add_argument("--max-num-seqs", type=int, default=16,
+                    help="most requests decoded together in one batch; later ones wait (default 16)")
+    sp.add_argument("--max-model-len", type=int, default=2048,
+                    help="longest sequence a request may reach, prompt plus generated tokens (default 2048)")
+    sp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="dtype of weights, activations and KV cache (default float32)")
+    sp.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads of the model's forward passes (default 1)")
     sp.add_argument("--drafter", default="auto",
                     help="auto (DSpark for hf:smollm2, none otherwise), dspark (the shipped drafter), a drafter "
                          "checkpoint PATH, ngram (prompt lookup) or none")

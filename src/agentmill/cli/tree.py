@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -171,31 +170,62 @@ def _print_tree(tree, decode) -> None:
     walk(tree.root, 1)
 
 
+COLLAPSE_EXAMPLES = """\
+examples:
+  agentmill collapse table --G 4,8,16 --p 0.05,0.1 --delta 0.25
+  agentmill collapse report trees.jsonl --group-key prompt_id --reward-key reward"""
+TREE_EXAMPLES = """\
+examples:
+  agentmill tree sample --n-prompts 8 --out trees.jsonl
+  agentmill tree sample --backend hf --model hf:smollm2 --level 3 --selector entropy"""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    sp = sub.add_parser("collapse", help="advantage-collapse tables and rollout-log reports (E162)")
-    csub = sp.add_subparsers(dest="collapse_command", required=True)
+    sp = sub.add_parser("collapse", help="advantage-collapse tables and rollout-log reports (E162)",
+                        description="Advantage collapse: a group of G rollouts that all succeed or all fail "
+                                    "gives GRPO no learning\nsignal. 'table' prints its probability, 'report' "
+                                    "measures it in a rollout log.",
+                        epilog=COLLAPSE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    csub = sp.add_subparsers(dest="collapse_command", required=True,
+                             help="the subcommand ('agentmill collapse SUBCOMMAND -h' shows its flags)")
     t = csub.add_parser("table", help="C(G, p) = p^G + (1-p)^G and the smallest G with collapse <= delta")
-    t.add_argument("--G", default="2,4,8,16,32")
-    t.add_argument("--p", default="0.01,0.05,0.1,0.3")
-    t.add_argument("--delta", type=float, default=0.5)
+    t.add_argument("--G", default="2,4,8,16,32", help="group sizes (columns), comma-separated (default 2,4,8,16,32)")
+    t.add_argument("--p", default="0.01,0.05,0.1,0.3",
+                   help="per-rollout success probabilities (rows), comma-separated (default 0.01,0.05,0.1,0.3)")
+    t.add_argument("--delta", type=float, default=0.5,
+                   help="tolerated collapse probability in (0, 1); the last column is the smallest G with "
+                        "C(G, p) <= delta (default 0.5)")
     t.set_defaults(fn=cmd_collapse_table)
     r = csub.add_parser("report", help="pool collapse of any JSONL with a group key and a reward")
-    r.add_argument("path")
-    r.add_argument("--group-key", default="prompt_id")
-    r.add_argument("--reward-key", default="reward")
-    r.add_argument("--G", default="2,4,8,16")
+    r.add_argument("path", help="JSONL file, one rollout per line (e.g. the --out of 'agentmill tree sample')")
+    r.add_argument("--group-key", default="prompt_id",
+                   help="field naming a rollout's group: rollouts of one prompt (default prompt_id)")
+    r.add_argument("--reward-key", default="reward",
+                   help="field holding the reward; >= 0.5 counts as a success, null rows are skipped (default reward)")
+    r.add_argument("--G", default="2,4,8,16",
+                   help="group sizes of the collapse curve, comma-separated; sizes above the smallest group are "
+                        "dropped (default 2,4,8,16)")
     r.set_defaults(fn=cmd_collapse_report)
 
-    sp = sub.add_parser("tree", help="grow rollout trees and print them (E162)")
-    tsub = sp.add_subparsers(dest="tree_command", required=True)
+    sp = sub.add_parser("tree", help="grow rollout trees and print them (E162)", epilog=TREE_EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    tsub = sp.add_subparsers(dest="tree_command", required=True,
+                             help="the subcommand ('agentmill tree SUBCOMMAND -h' shows its flags)")
     s = tsub.add_parser("sample", help="sample trees on the synthetic twin or a real LM")
-    s.add_argument("--backend", choices=("synthetic", "hf"), default="synthetic")
-    s.add_argument("--model", default="hf:smollm2", help="white-box model spec for --backend hf")
-    s.add_argument("--level", type=int, default=4, help="arithmetic level 1-7 (hf backend)")
-    s.add_argument("--n-prompts", type=int, default=4)
-    s.add_argument("--budget", type=int, default=256, help="generated tokens per prompt")
-    s.add_argument("--selector", default="uucb")
-    s.add_argument("--wave", type=int, default=1)
-    s.add_argument("--seed", type=int, default=1000)
+    s.add_argument("--backend", choices=("synthetic", "hf"), default="synthetic",
+                   help="synthetic: a simulated chain LM with known success odds, no model (default); hf: the "
+                        "white-box --model on arithmetic prompts")
+    s.add_argument("--model", default="hf:smollm2", help="white-box model spec for --backend hf (default hf:smollm2)")
+    s.add_argument("--level", type=int, default=4,
+                   help="arithmetic difficulty level 1-7 of the hf backend's prompts (default 4)")
+    s.add_argument("--n-prompts", type=int, default=4, help="prompts, one tree each (default 4)")
+    s.add_argument("--budget", type=int, default=256, help="generated-token budget of each tree (default 256)")
+    s.add_argument("--selector", default="uucb",
+                   help="where to branch next: uucb (default), ucb, random, entropy, independent, or greedy "
+                        "(synthetic backend only)")
+    s.add_argument("--wave", type=int, default=1,
+                   help="branch points chosen per batch, with virtual updates of the selector in between "
+                        "(default 1: one at a time)")
+    s.add_argument("--seed", type=int, default=1000, help="seed of the prompt pool and of the sampling (default 1000)")
     s.add_argument("--out", default=None, help="rollout log (JSONL, one line per leaf)")
     s.set_defaults(fn=cmd_tree_sample)
