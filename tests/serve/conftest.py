@@ -19,7 +19,7 @@ import pytest
 
 from agentmill.lm.engine import EngineConfig
 from agentmill.lm.engine.tiny import ByteTokenizer
-from agentmill.methods.dspark.engine import RequestOutput, SpecStats
+from agentmill.methods.dspark.spec_engine import RequestOutput, SpecStats
 from agentmill.serve import BatchingLoop, create_app
 from tests.helpers.openai_app import serve
 

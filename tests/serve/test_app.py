@@ -14,7 +14,7 @@ import pytest
 
 from agentmill.lm.engine import EngineConfig, SamplingParams
 from agentmill.lm.engine.tiny import ByteTokenizer, tiny_llama
-from agentmill.methods.dspark.engine import RequestOutput, SpecEngine, SpecStats
+from agentmill.methods.dspark.spec_engine import RequestOutput, SpecEngine, SpecStats
 from agentmill.serve import BatchingLoop, create_app
 from tests.helpers.openai_app import serve
 

@@ -9,7 +9,7 @@ import concurrent.futures as cf
 import pytest
 
 from agentmill.lm.engine import EngineConfig, LlamaEngine, SamplingParams
-from agentmill.methods.dspark.engine import SpecEngine
+from agentmill.methods.dspark.spec_engine import SpecEngine
 from agentmill.serve import BatchingLoop, create_app
 from tests.helpers.openai_app import serve
 

@@ -129,7 +129,7 @@ def test_max_tokens_beyond_the_context_is_refused_naming_the_limit(scripted):
 def test_context_length_is_the_kv_pools():
     from agentmill.lm.engine import EngineConfig
     from agentmill.lm.engine.tiny import tiny_llama
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.serve import BatchingLoop
 
     assert BatchingLoop(SpecEngine(tiny_llama(0, EngineConfig(max_model_len=300)))).context_len == 300

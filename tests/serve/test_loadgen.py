@@ -7,7 +7,7 @@ import pytest
 
 from agentmill.lm.engine import EngineConfig
 from agentmill.lm.engine.tiny import tiny_llama
-from agentmill.methods.dspark.engine import SpecEngine
+from agentmill.methods.dspark.spec_engine import SpecEngine
 from agentmill.serve import BatchingLoop, create_app
 from agentmill.serve.loadgen import check_loopback, run_closed_loop
 from tests.helpers.openai_app import serve

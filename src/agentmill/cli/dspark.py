@@ -99,7 +99,7 @@ def stage_calibrate(ckpt: Path, *, model_name: str, prompts: int, buckets: list[
     from agentmill.methods.dspark.calibration import calibrate_sts, confidence_metrics, prefix_labels, survival
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
     from agentmill.methods.dspark.drafter import DSparkDrafter
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.pipeline import calibration_rounds, tapped_engine
     from agentmill.methods.dspark.proposers import DSparkProposer
 

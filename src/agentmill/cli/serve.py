@@ -69,7 +69,7 @@ def resolve(model: str, drafter: str, policy: str) -> tuple[str, str]:
 def build_spec_engine(model: str, drafter: str, policy: str, *, dtype: str, threads: int, max_model_len: int,
                       max_num_seqs: int, sps_table: str | None):
     """The served ``SpecEngine`` (and the served model name)."""
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import NgramProposer
 
     drafter, policy = resolve(model, drafter, policy)

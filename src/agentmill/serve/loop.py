@@ -14,7 +14,7 @@ from typing import Any
 
 from agentmill.core.machine import capped_threads
 from agentmill.lm.engine import SamplingParams
-from agentmill.methods.dspark.engine import SpecEngine
+from agentmill.methods.dspark.spec_engine import SpecEngine
 
 log = logging.getLogger("agentmill.serve")
 

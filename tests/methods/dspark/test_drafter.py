@@ -125,7 +125,7 @@ def test_dspark_proposer_in_engine_is_greedy_lossless(setup):
     """A (briefly trained) drafter in the engine, with the tap rows appended round by round, gives token-identical
     greedy output to plain decoding — several requests batched, KV rolled back after rejections."""
     from agentmill.lm.engine import SamplingParams
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     eng, corpus, _, _ = setup
@@ -146,7 +146,7 @@ def test_dspark_proposer_in_engine_is_greedy_lossless(setup):
 
 
 def test_dspark_proposer_requires_tapped_target(setup):
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     eng, corpus, _, _ = setup
@@ -186,7 +186,7 @@ def test_export_round_trip_keeps_names_shapes_and_outputs(setup, tmp_path):
 def test_every_policy_is_greedy_lossless_in_the_engine(setup, policy):
     from agentmill.lm.engine import SamplingParams
     from agentmill.methods.dspark.costmodel import SPSTable
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     eng, corpus, _, _ = setup
@@ -234,7 +234,7 @@ def test_dspark_proposer_accepts_any_64_bit_request_seed(setup):
     """The drafter's generator seed is derived from the request's (``seed * 7919 + 104729``); a seed above ~1e15
     overflowed torch's 64-bit seed and failed the request. The derived seed is folded into 63 bits."""
     from agentmill.lm.engine import SamplingParams
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     eng, corpus, _, _ = setup

@@ -71,7 +71,7 @@ CLAIMS = (
 def full_verification_rounds(engine: Any, drafter: Any, split: str, n: int, s: Setup, seed: int) -> dict[str, Any]:
     from agentmill.lm.engine import SamplingParams
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     g = drafter.cfg.block_size

@@ -78,7 +78,7 @@ CLAIMS = (
 
 
 def _engine_for(arm: str, engine: Any, drafter: Any, sps: Any, max_seqs: int) -> Any:
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     if arm == "off":
@@ -200,7 +200,7 @@ def _simulator_check(s: Setup, ctx: RunContext, engine: Any, drafter: Any, promp
     """L2: record full-verification traces on the same prompts, replay every (arm, C) of the sweep in the simulator
     and compare throughputs; then extend the sweep to C = 64 in the simulator (reported, not gated). Returns the
     largest |simulated / real − 1| of each repetition (the simulator's side is one deterministic replay)."""
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.policies import make_policy
     from agentmill.methods.dspark.proposers import DSparkProposer
     from agentmill.methods.dspark.simulate import TraceSet, simulate

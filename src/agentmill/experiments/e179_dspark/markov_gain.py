@@ -161,7 +161,7 @@ def _evaluate(s: Setup, engine: Any, ckpt: Path, temperature: float) -> dict[str
     from agentmill.lm.engine import SamplingParams
     from agentmill.methods.dspark.data import builtin_prompts, chat_ids
     from agentmill.methods.dspark.drafter import DSparkDrafter
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     d = DSparkDrafter.load(ckpt, engine)

@@ -74,7 +74,7 @@ CLAIMS = (
 def _sample(engine: Any, drafter: Any, prompt: list[int], s: Setup, T: float, arm: str, sps: Any, stats: dict,
             seed0: int) -> list[tuple[int, ...]]:
     from agentmill.lm.engine import SamplingParams
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer
 
     top_p = s.top_p_for_07 if abs(T - 0.7) < 1e-9 else 1.0

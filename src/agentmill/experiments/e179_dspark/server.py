@@ -125,7 +125,7 @@ def _build(s: Setup, ctx: RunContext) -> tuple[Any, Path | None]:
     experiments' shared quick table (``sps_cache``; R buckets 1 and 4, as the server's ``--max-num-seqs 4``), so
     both arms schedule from the same costs and the server does not profile a table of its own."""
     from agentmill.experiments.e179_dspark.sps_cache import sps_table, sps_table_path
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.pipeline import tapped_engine
 
     if s.policy == "off":

@@ -88,7 +88,7 @@ CLAIMS = (
 
 
 def _arm(name: str, engine: Any, drafter: Any, random_drafter: Any, sps: Any) -> Any:
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import DSparkProposer, NgramProposer
 
     if name == "off":
@@ -111,7 +111,7 @@ def _nc7_pairs(engine: Any, prompts: list[list[int]], max_new: int, threads: int
     from agentmill.lm.engine import SamplingParams
     from agentmill.lm.hf import load
     from agentmill.methods.dspark.bench import decode_alone
-    from agentmill.methods.dspark.engine import SpecEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
 
     lm = load("smollm2")
     torch.set_num_threads(threads)

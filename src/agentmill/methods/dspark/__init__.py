@@ -3,7 +3,7 @@ continuous-batching ``SpecEngine`` (the one decode loop; plain decoding is verif
 drafts (``NgramProposer``). Not built yet: the DSpark drafter, its training and calibration, the confidence
 scheduler, the SPS cost table, the experiments and the serving benchmark."""
 
-from agentmill.methods.dspark.engine import RequestOutput, SpecEngine, SpecStats
+from agentmill.methods.dspark.spec_engine import RequestOutput, SpecEngine, SpecStats
 from agentmill.methods.dspark.proposers import NgramProposer
 from agentmill.methods.dspark.rejection import Proposal, verify
 

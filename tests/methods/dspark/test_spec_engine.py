@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from agentmill.lm.engine import EngineConfig, SamplingParams
 from agentmill.lm.engine.tiny import tiny_llama
-from agentmill.methods.dspark.engine import SpecEngine, safe_text_end
+from agentmill.methods.dspark.spec_engine import SpecEngine, safe_text_end
 from agentmill.methods.dspark.proposers import NgramProposer
 
 
