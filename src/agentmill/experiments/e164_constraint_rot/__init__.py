@@ -3,7 +3,7 @@
 One module per experiment; each defines a module-level ``EXPERIMENT``. Importing this package imports
 none of them: the registry loads them on first use."""
 
-PAPER = "ConstraintRot (E164; spec constraint-rot.md)"
+PAPER = "Chen, Governance Decay (ConstraintRot), arXiv:2606.22528"
 
 REQUIRES = frozenset({"constraint-rot"})
 """Every E164 experiment builds its claims from the YAML pre-registration and rule catalogue when it is defined."""

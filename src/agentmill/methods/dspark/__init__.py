@@ -1,7 +1,8 @@
-"""DSpark speculative decoding (E179; dspark spec). Built so far: exact lossless verification (``rejection``), the
-continuous-batching ``SpecEngine`` (the one decode loop; plain decoding is verify length 0) and prompt-lookup
-drafts (``NgramProposer``). Not built yet: the DSpark drafter, its training and calibration, the confidence
-scheduler, the SPS cost table, the experiments and the serving benchmark."""
+"""DSpark speculative decoding (E179): exact lossless verification (``rejection``), the continuous-batching
+``SpecEngine`` (``spec_engine``; plain decoding is verify length 0), prompt-lookup drafts (``NgramProposer``), the
+DSpark drafter with its training and calibration (``drafter``, ``train``, ``calibration``), the confidence scheduler
+and SPS cost table (``policies``, ``costmodel``). The experiments are ``agentmill.experiments.e179_dspark``; the
+server is ``agentmill.serve``. A tour with a runnable example: docs/methods/dspark.md."""
 
 from agentmill.methods.dspark.spec_engine import RequestOutput, SpecEngine, SpecStats
 from agentmill.methods.dspark.proposers import NgramProposer
