@@ -9,7 +9,7 @@ the loss is on the action alone.
 Hyperparameters (spec §2.10): LoRA r = 16, α = 32, dropout 0.05 on all seven linear projections — low rank per LoRA
 (arXiv 2106.09685), all linear layers per QLoRA (arXiv 2305.14314); AdamW lr 3e-4, weight decay 0; cosine decay
 after a 5 % linear warmup; effective batch 8 (micro-batch 2 × accumulation 4); 1 epoch; seed 0; fp32 (bf16
-autocast optional); ``torch.set_num_threads(2)``.
+autocast optional); two torch threads (fewer under ``AGENTMILL_THREAD_CAP``).
 
 Deviation: the spec's max length 768 is too short once the real tool list is rendered (~440 tokens on its own, which
 the SFT builder's estimate leaves out), so ``max_length`` defaults to 1536 and the card records the value used. An
@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentmill.core.machine import capped_threads
 from agentmill.core.records import write_json_atomic
 from agentmill.lm import finetune
 from agentmill.lm.chat_tools import chat_prompt_ids, parse_tool_request, template_messages
@@ -216,7 +217,9 @@ def train_organism(data: Sequence[SFTExample], *, out_dir: str | Path, lora: Lor
     out_dir = finetune.require_new_dir(out_dir)
     torch = finetune.require_torch()
     finetune.require_peft()
-    torch.set_num_threads(2)  # spec §2.10
+    # two threads (the organism's recipe), fewer where AGENTMILL_THREAD_CAP says the cores are shared (the main
+    # job's pool, the test workers); the count is kept in the adapter's metadata since it changes summation order
+    torch.set_num_threads(capped_threads(2))
     base = base or load_base()
     tok = base.tokenizer
 
