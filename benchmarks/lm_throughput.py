@@ -1,8 +1,9 @@
-"""Throughput of the embedded SmolLM2 on this machine: prefill and decode tokens/s, fp32 vs bf16, 2 vs 1 torch
-threads, batch 1 vs batched, and the cost of a forked branch vs a fresh prompt. A benchmark (ratios measured side
-by side in one run, medians of repeats), not a test.
+"""Throughput of the embedded models on this machine: load time, prefill and decode tokens/s, fp32 vs bf16, 2 vs 1
+torch threads, batch 1 vs batched, and the cost of a forked branch vs a fresh prompt. A benchmark (ratios measured
+side by side in one run, medians of repeats), not a test.
 
-    python benchmarks/lm_throughput.py [--out benchmarks/results/lm_throughput.json] [--quick]
+    python benchmarks/lm_throughput.py [--models hf:smollm2,hf:qwen-coder-0.5b] [--configs float32:1,...]
+                                       [--out benchmarks/results/lm_throughput.json] [--quick]
 
 Torch's intra-op threads spin-wait on each other: on 2 cores, another busy process makes 2 threads many times
 slower than 1. The load average is recorded before and after so a contended run can be recognised.
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from agentmill.core.machine import host_cpu  # noqa: E402
 from agentmill.core.records import write_json_atomic  # noqa: E402
 from agentmill.lm import load_lm  # noqa: E402
 
@@ -39,14 +41,17 @@ def _timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench(dtype: str, threads: int, *, prefill_len: int, decode_steps: int, batches: tuple[int, ...],
+def bench(model: str, dtype: str, threads: int, *, prefill_len: int, decode_steps: int, batches: tuple[int, ...],
           branch_back: int, repeats: int) -> dict:
     import torch
 
-    lm = load_lm("hf:smollm2", dtype=dtype)
+    lm = load_lm(model, dtype=dtype)
     torch.set_num_threads(threads)  # process-wide; the loader set 2
     ids = (lm.encode(PROMPT) * 40)[:prefill_len]
-    out: dict = {"config": f"{dtype}, {threads} thr", "dtype": dtype, "threads": threads}
+    short = model.removeprefix("hf:")
+    out: dict = {"config": f"{short}, {dtype}, {threads} thr", "model": model, "dtype": dtype, "threads": threads,
+                 "n_params": lm.info.get("n_params"), "load_seconds": lm.info.get("load_seconds"),
+                 "loaded_from": lm.info.get("loaded_from")}
     for b in batches:
         if b <= 4:  # prefill is compute-bound: tok/s barely moves past 4 rows and a batch of 8 costs seconds
             out[f"prefill_tok_s_b{b}"] = b * prefill_len / _timed(lambda b=b: lm.forward([ids] * b), repeats)
@@ -112,6 +117,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lm_throughput.json"))
     ap.add_argument("--quick", action="store_true", help="shorter prompt, fewer steps and repeats (~1 min)")
+    ap.add_argument("--models", default="hf:smollm2",
+                    help="comma-separated model specs, e.g. hf:smollm2,hf:qwen-coder-0.5b (default hf:smollm2)")
+    ap.add_argument("--configs", default="float32:2,float32:1,bfloat16:2",
+                    help="comma-separated dtype:threads pairs run for every model")
     args = ap.parse_args()
     import torch
     import transformers
@@ -120,24 +129,25 @@ def main() -> None:
               branch_back=16 if args.quick else 32, repeats=2 if args.quick else 5)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    rows = [bench(dtype, threads, **kw) for dtype, threads in (("float32", 2), ("float32", 1), ("bfloat16", 2))]
+    configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(",")]
+    rows = [bench(m, dtype, threads, **kw) for m in args.models.split(",") for dtype, threads in configs]
     wall = time.perf_counter() - t0
     load_after = os.getloadavg()
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"hf:smollm2 throughput (prefill {kw['prefill_len']} tok, decode {kw['decode_steps']} "
+    table = Table(title=f"{args.models} throughput (prefill {kw['prefill_len']} tok, decode {kw['decode_steps']} "
                         f"steps, branch {kw['branch_back']} back, median of {kw['repeats']})")
     table.add_column("metric")
     for r in rows:
         table.add_column(r["config"], justify="right")
-    for key, label in ROWS:
-        table.add_row(label, *[f"{r[key]:.3g}" if key in r else "-" for r in rows])
+    for key, label in [("load_seconds", "load s (this process)"), *ROWS]:
+        table.add_row(label, *[f"{r[key]:.3g}" if r.get(key) is not None else "-" for r in rows])
     console = Console(width=110)
     console.print(table)
     console.print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
                   f"({os.cpu_count()} cpus; >0.5 before means another process competed for the cores)")
-    result = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
+    result = {"machine": {"cpu": host_cpu(), "python": platform.python_version(), "platform": platform.platform(),
                           "cpus": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
                           "loadavg_before": load_before, "loadavg_after": load_after},
               "settings": {**kw, "quick": args.quick}, "wall_s": round(wall, 1), "results": rows}
