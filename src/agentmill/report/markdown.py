@@ -98,16 +98,23 @@ def readme_block(papers: list[Paper], summaries: Mapping[str, Mapping[str, Mappi
     return "\n".join(lines)
 
 
+def _entry(claim: Claim, summary: Mapping[str, Any] | None,
+           absent: tuple[str, str, str]) -> tuple[Mapping[str, Any] | None, str]:
+    """``claim``'s entry in ``summary``, or None and the text for (no summary, a failed run, no such claim)."""
+    if summary is None:
+        return None, absent[0]
+    if summary.get("status") != "ok":
+        return None, absent[1]
+    e = claim_entry(summary, claim.id)
+    return (e, "") if e is not None else (None, absent[2])
+
+
 def _result_cell(claim: Claim, summary: Mapping[str, Any] | None, absent: str) -> str:
     """One profile's result for ``claim``: value [CI], n, dropped replicates, the verdict in bold and, for a claim
     not judged or inconclusive, the reason (a not-judged claim shows its observed value after the reason)."""
-    if summary is None:
-        return absent
-    if summary.get("status") != "ok":
-        return "error (below)"
-    e = claim_entry(summary, claim.id)
+    e, text = _entry(claim, summary, (absent, "error (below)", "not in the record (the claim is newer than the run)"))
     if e is None:
-        return "not in the record (the claim is newer than the run)"
+        return text
     verdict = e.get("verdict", "not_judged")
     value = fmt_value(e) + (f", n={e['n']}" if e.get("n") else "") + \
         (f", {e['dropped']} dropped" if e.get("dropped") else "")
@@ -198,13 +205,9 @@ def verdicts_doc(papers: list[Paper], summaries: Mapping[str, Mapping[str, Mappi
 
 def _short_cell(claim: Claim, summary: Mapping[str, Any] | None) -> str:
     """A method doc's cell: value [CI] and the verdict, or why there is none (the reasons live in verdicts.md)."""
-    if summary is None:
-        return "no record"
-    if summary.get("status") != "ok":
-        return "error"
-    e = claim_entry(summary, claim.id)
+    e, text = _entry(claim, summary, ("no record", "error", "not in the record"))
     if e is None:
-        return "not in the record"
+        return text
     verdict = e.get("verdict", "not_judged")
     if verdict == "not_judged":
         return f"not judged (observed {_cell(fmt_value(e))})" if e.get("value") is not None else "not judged"
