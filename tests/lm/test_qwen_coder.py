@@ -57,15 +57,50 @@ def test_installed_chunks_assemble_to_the_official_release() -> None:
     assert path.stat().st_size == hf.QWEN_CODER_BYTES and hf.gguf_sha256(path) == hf.QWEN_CODER_SHA256
 
 
+@pytest.fixture(scope="module")
+def qwen():
+    from agentmill.lm import load_lm
+
+    return load_lm("hf:qwen-coder-0.5b")
+
+
 @pytest.mark.hf
 @pytest.mark.slow
-def test_loads_offline_and_answers_through_its_chat_template() -> None:
+def test_loads_offline_and_answers_through_its_chat_template(qwen) -> None:
     from agentmill.core.types import Message
-    from agentmill.lm import GenerateConfig, load_lm
+    from agentmill.lm import GenerateConfig
 
-    lm = load_lm("hf:qwen-coder-0.5b")
+    lm = qwen
     assert lm.info["gguf_sha256"] == hf.QWEN_CODER_SHA256 and lm.info["num_layers"] == 24
     prompt = [Message("user", "What is 37 + 48? Answer with the number only.")]
     assert "<|im_start|>assistant" in lm.tokenizer.decode(lm.render(prompt))
     out = lm.generate([prompt], GenerateConfig(max_new_tokens=8, temperature=0))[0]
     assert out.text.strip().startswith("85")  # SmolLM2-135M gets such sums wrong zero-shot (issue 22)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_the_engine_decodes_it_exactly_as_transformers(qwen) -> None:
+    """Qwen2 on the serving engine (q/k/v biases, RoPE base 1e6, tied head): prefill logits equal and greedy decoding
+    token for token equal to transformers' own cache."""
+    import torch
+
+    from agentmill.core.types import Message
+    from agentmill.lm.engine import EngineConfig, LlamaEngine, RaggedBatch, SamplingParams
+
+    eng = LlamaEngine.from_hf_model(qwen.model, EngineConfig(threads=1), tokenizer=qwen.tokenizer)
+    assert eng.model_config.model_type == "qwen2" and eng.model_config.qkv_bias
+    ids = list(qwen.render([Message("user", "Write a Python function that squares x.")]))
+    out = eng.forward(RaggedBatch().add(eng.new_sequence(), ids, "all")).logits
+    with torch.no_grad():
+        ref = qwen.model(torch.tensor([ids])).logits[0].float()
+    assert torch.allclose(out, ref, atol=1e-3)
+    got = eng.generate([ids], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0]
+    x, past, want = torch.tensor([ids]), None, []
+    with torch.no_grad():
+        for _ in range(16):
+            fo = qwen.model(x, past_key_values=past, use_cache=True)
+            past, tok = fo.past_key_values, int(fo.logits[0, -1].argmax())
+            want.append(tok)
+            x = torch.tensor([[tok]])
+    assert list(got) == want

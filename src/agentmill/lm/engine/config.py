@@ -1,6 +1,9 @@
-"""Configuration of the ragged Llama engine (dspark spec §6.2).
+"""Configuration of the ragged Llama engine [R].
 
 ``LlamaConfig`` is the architecture, read from a transformers config; ``EngineConfig`` is how the engine runs it.
+Two members of the family are read: Llama (SmolLM2) and Qwen2 (Qwen2.5-Coder), which is Llama plus biases on the
+q, k and v projections (transformers' ``Qwen2Attention``: ``bias=True`` on those three, none on ``o_proj`` or the
+MLP), a larger RoPE base and optional sliding-window layers, which the engine refuses rather than ignores.
 """
 
 from __future__ import annotations
@@ -24,17 +27,25 @@ class LlamaConfig:
     rope_theta: float
     max_position_embeddings: int
     tie_word_embeddings: bool
+    qkv_bias: bool = False
+    """Additive biases on the q, k and v projections (Qwen2); Llama has none."""
+    model_type: str = "llama"
 
     @classmethod
     def from_hf(cls, cfg: Any) -> LlamaConfig:
-        """Read a transformers ``LlamaConfig``; refuse what this engine does not implement (rather than drift)."""
-        if getattr(cfg, "model_type", "llama") != "llama":
-            raise ValueError(f"the engine runs Llama-family models, got model_type={cfg.model_type!r}")
+        """Read a transformers ``LlamaConfig`` or ``Qwen2Config``; refuse what this engine does not implement (rather
+        than drift)."""
+        model_type = getattr(cfg, "model_type", "llama")
+        if model_type not in ("llama", "qwen2"):
+            raise ValueError(f"the engine runs Llama and Qwen2 models, got model_type={model_type!r}")
+        if model_type == "qwen2" and (getattr(cfg, "use_sliding_window", False)
+                                      or "sliding_attention" in (getattr(cfg, "layer_types", None) or ())):
+            raise ValueError("Qwen2 sliding-window attention is not implemented by the engine")
         scaling = getattr(cfg, "rope_scaling", None)
         rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
         if rope_type != "default":
             raise ValueError(f"rope scaling {rope_type!r} is not implemented by the engine")
-        if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        if (model_type == "llama" and getattr(cfg, "attention_bias", False)) or getattr(cfg, "mlp_bias", False):
             raise ValueError("attention/MLP biases are not implemented by the engine")
         if getattr(cfg, "hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {cfg.hidden_act!r} is not implemented by the engine (SwiGLU uses silu)")
@@ -54,6 +65,8 @@ class LlamaConfig:
             rope_theta=float(theta),
             max_position_embeddings=int(cfg.max_position_embeddings),
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+            qkv_bias=model_type == "qwen2",
+            model_type=model_type,
         )
 
     @property

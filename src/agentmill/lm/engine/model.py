@@ -1,4 +1,4 @@
-"""A ragged Llama forward pass (dspark spec §2.9).
+"""A ragged Llama forward pass [R]; also Qwen2, which adds q/k/v biases.
 
 Dense work (projections, MLP, LM head) runs once on the flattened new tokens of every request, ``[T_total, d]``;
 attention runs per request over that request's own KV, causal among its new tokens. Requests therefore never pad
@@ -68,9 +68,12 @@ class LlamaForward:
             # q, k, v fused into one matmul: one GEMM over the flattened tokens instead of three.
             qkv = torch.cat([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
                              w[p + "self_attn.v_proj.weight"]], 0)
+            qkv_bias = torch.cat([w[p + "self_attn.q_proj.bias"], w[p + "self_attn.k_proj.bias"],
+                                  w[p + "self_attn.v_proj.bias"]], 0) if cfg.qkv_bias else None
             gate_up = torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]], 0)
             self.layers.append({
-                "in_norm": w[p + "input_layernorm.weight"], "qkv": qkv, "o": w[p + "self_attn.o_proj.weight"],
+                "in_norm": w[p + "input_layernorm.weight"], "qkv": qkv, "qkv_bias": qkv_bias,
+                "o": w[p + "self_attn.o_proj.weight"],
                 "post_norm": w[p + "post_attention_layernorm.weight"], "gate_up": gate_up,
                 "down": w[p + "mlp.down_proj.weight"],
             })
@@ -101,7 +104,7 @@ class LlamaForward:
         return x * cos + rot * sin
 
     @staticmethod
-    def _lin(x: Any, w: Any) -> Any:
+    def _lin(x: Any, w: Any, b: Any = None) -> Any:
         """``F.linear`` with 2- or 3-row inputs padded to 4 rows. On this CPU the GEMM kernels chosen for 2–3 rows
         were slower than for 4 (LM head: 24.6 / 37.9 ms vs 19.9 ms for 4 rows and 10.6 ms for 1; a whole 2-token
         forward cost more than a 4-token one), which would tax exactly the short verify blocks (ℓ = 1, 2) that a
@@ -111,8 +114,8 @@ class LlamaForward:
 
         n = x.shape[0]
         if n in (2, 3):
-            return F.linear(torch.cat([x, x.new_zeros((4 - n, x.shape[1]))]), w)[:n]
-        return F.linear(x, w)
+            return F.linear(torch.cat([x, x.new_zeros((4 - n, x.shape[1]))]), w, b)[:n]
+        return F.linear(x, w, b)
 
     def _head(self, x: Any) -> Any:
         return self._lin(x, self.lm_head).float()
@@ -143,7 +146,7 @@ class LlamaForward:
         nq, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         for li, L in enumerate(self.layers):
             x = self._rms(h, L["in_norm"])
-            qkv = self._lin(x, L["qkv"])
+            qkv = self._lin(x, L["qkv"], L["qkv_bias"])
             q = qkv[:, : nq * hd].view(-1, nq, hd)
             k = qkv[:, nq * hd: (nq + nkv) * hd].view(-1, nkv, hd)
             v = qkv[:, (nq + nkv) * hd:].view(-1, nkv, hd)
