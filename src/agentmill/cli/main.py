@@ -38,6 +38,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.g2po",
     "agentmill.cli.progress",
     "agentmill.cli.constraint_rot",
+    "agentmill.cli.router",
+    "agentmill.cli.metis",
+    "agentmill.cli.red_queen",
 )
 
 

@@ -157,6 +157,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    if args.router:
+        return serve_router(args)
     api_key = api_key_from(args)
     spec, name = build_spec_engine(args.model, args.drafter, args.policy, dtype=args.dtype, threads=args.threads,
                                    max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
@@ -172,6 +174,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="warning")
     finally:
         loop.stop()
+    return 0
+
+
+def serve_router(args: argparse.Namespace) -> int:
+    """``--router R``: the learned router of E166 in front of its workers (serve/router_app.py)."""
+    import uvicorn
+
+    from agentmill.cli.files import existing_file
+    from agentmill.methods.router import Router
+    from agentmill.methods.router.workers import make_worker
+    from agentmill.serve.router_app import create_router_app
+
+    router = Router.load(existing_file(args.router, "--router"))
+    workers = {w: make_worker(w) for w in router.workers}
+    for w, fp in router.fingerprints.items():
+        if fp and workers[w].fingerprint != fp:
+            print(f"agentmill serve: warning: worker {w} differs from the one the router was trained on "
+                  f"(fingerprint {workers[w].fingerprint[:24]} vs {fp[:24]})", file=sys.stderr, flush=True)
+    name = args.served_model_name or "agentmill-router"
+    api_key = api_key_from(args)
+    app = create_router_app(router, workers, served_model_name=name, api_key=api_key)
+    print(f"agentmill serve: router {name} over {', '.join(router.workers)} on http://{args.host}:{args.port}/v1",
+          flush=True)
+    if (warning := exposure_warning(args.host, api_key)) is not None:
+        print(warning, file=sys.stderr, flush=True)
+    import socket
+
+    # Nagle off on the listening socket (accepted connections inherit it on Linux): uvicorn writes the response
+    # head and body separately, and with Nagle on a keep-alive client waits ~40 ms for a delayed ACK per request.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((args.host, args.port))
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0
 
 
@@ -211,6 +248,9 @@ def register(sub) -> None:
                     help="verify-length policy: auto, off, fixed:K, threshold:T, dsd, dspark, dspark-async[:S]; "
                          "ngram:K = the n-gram drafter verified K at a time")
     sp.add_argument("--sps-table", default=None, help="SPS(B) cost table JSON (profiled at start-up if absent)")
+    sp.add_argument("--router", default=None,
+                    help="serve a learned router (JSON from agentmill router train) in front of its workers instead "
+                         "of one model")
     sp.add_argument("--api-key", default=None,
                     help=f"require 'Authorization: Bearer KEY' on /v1 (default: ${API_KEY_ENV}, else no key)")
     sp.set_defaults(fn=cmd_serve)

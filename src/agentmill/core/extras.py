@@ -28,6 +28,7 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
     "autogen": ("autogen_core", "autogen_agentchat"),
     "autocog": ("yaml", "pandas"),
     "autocog-e2e": ("selenium", "httpx"),
+    "router": ("cmaes",),
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 

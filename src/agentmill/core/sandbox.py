@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -605,9 +605,13 @@ class SandboxSession:
         return None if self._child is None else self._child.proc.pid
 
     def call(self, source: str, request: Mapping[str, Any] | None = None, *,
-             timeout_s: float | None = None) -> dict:
+             timeout_s: float | None = None, on_message: Callable[[Any], Any] | None = None) -> dict:
         """Run ``source`` and the harness on ``request`` in the session's child within ``timeout_s`` seconds
-        (default ``limits.wall_s``); return the harness's answer or raise the matching :class:`SandboxError`."""
+        (default ``limits.wall_s``); return the harness's answer or raise the matching :class:`SandboxError`.
+
+        ``on_message`` (default None: no messages) lets a harness ask the parent for something while the call runs
+        (a capability broker): a child line ``rpc <json>`` is passed to ``on_message`` as the decoded JSON and its
+        return value is written back as one JSON line; the call's time limit covers these round trips."""
         check_source(source, self.policy)
         timeout = self.limits.wall_s if timeout_s is None else timeout_s
         if not timeout > 0:
@@ -617,8 +621,20 @@ class SandboxSession:
         if b"\n" in line:
             raise ValueError("request encodes with a newline")  # json.dumps never does; a guard for the framing
         child = self._start()
+        deadline = time.monotonic() + timeout
         try:
-            raw = child.exchange(line + b"\n", time.monotonic() + timeout)
+            raw = child.exchange(line + b"\n", deadline)
+            while on_message is not None and raw is not None and raw.startswith(b"rpc "):
+                try:
+                    msg = json.loads(raw[4:])
+                except ValueError:
+                    msg = None
+                try:
+                    reply = json.dumps(on_message(msg)).encode()
+                except BaseException:
+                    self._kill()  # the broker raised: the child is mid-call, out of step with us
+                    raise
+                raw = child.exchange(reply + b"\n", deadline)
         except TimeoutError:
             self._kill()
             raise SandboxTimeout(f"wall clock limit {_seconds(timeout)} s exceeded") from None

@@ -26,8 +26,11 @@ PAPERS: tuple[str, ...] = (
     "agentmill.experiments.e163_backtrack_maze",
     "agentmill.experiments.e164_constraint_rot",
     "agentmill.experiments.e165_g2po",
+    "agentmill.experiments.e166_router",
+    "agentmill.experiments.e168_metis",
     "agentmill.experiments.e173_progress_advantage",
     "agentmill.experiments.e176_autocog",
+    "agentmill.experiments.e178_red_queen",
     "agentmill.experiments.e179_dspark",
 )
 """Each paper's experiment package. Compositions (``compose_<name>/``) are listed here too when they land."""
