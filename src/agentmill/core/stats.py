@@ -512,6 +512,33 @@ def mcnemar_exact(a: Sequence[bool | int], b: Sequence[bool | int]) -> McNemarRe
     return McNemarResult(n10, n01, len(a), p)
 
 
+def mcnemar_counts(b: Any, c: Any, *, alternative: str = "two-sided") -> Any:
+    """Exact McNemar p-value from the discordant counts alone: ``b`` pairs where only the first decision is 1 (for a
+    challenger-vs-incumbent comparison: items only the challenger gets right), ``c`` where only the second is.
+    Under H0 ``b ~ Binomial(b + c, 1/2)``. ``alternative``: ``"greater"`` p = P(X ≥ b) (the first is better),
+    ``"less"`` p = P(X ≤ b), ``"two-sided"`` p = min(1, 2·P(X ≤ min(b, c))) (what :func:`mcnemar_exact` returns).
+    No discordant pair gives p = 1. Vectorised: integer arrays of equal shape give an array of p-values."""
+    from scipy.stats import binom
+
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"mcnemar_counts: alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
+    bb, cc = np.asarray(b), np.asarray(c)
+    if bb.shape != cc.shape:
+        raise ValueError(f"mcnemar_counts: b and c need the same shape, got {bb.shape} and {cc.shape}")
+    if not (np.issubdtype(bb.dtype, np.integer) and np.issubdtype(cc.dtype, np.integer)) or (bb < 0).any() \
+            or (cc < 0).any():
+        raise ValueError("mcnemar_counts: b and c must be non-negative integers")
+    n = bb + cc
+    if alternative == "greater":
+        p = binom.sf(bb - 1, n, 0.5)
+    elif alternative == "less":
+        p = binom.cdf(bb, n, 0.5)
+    else:
+        p = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(bb, cc), n, 0.5))
+    p = np.where(n == 0, 1.0, p)
+    return float(p) if p.ndim == 0 else p
+
+
 # -- multiple testing ------------------------------------------------------------------------------------------------
 def _check_pvalues(pvalues: Sequence[float], who: str) -> list[float]:
     ps = [float(p) for p in pvalues]
