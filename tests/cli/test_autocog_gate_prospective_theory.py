@@ -1,4 +1,4 @@
-"""``agentmill autocog`` wiring of three library features (spec §6.10): ``run --gate``, ``leaderboard --prospective``
+"""``agentmill autocog`` wiring of three library features : ``run --gate``, ``leaderboard --prospective``
 and ``theory check``. Bad input exits 2 with one stderr line and writes nothing."""
 
 from __future__ import annotations

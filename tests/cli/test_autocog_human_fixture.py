@@ -1,4 +1,4 @@
-"""``agentmill autocog`` gaps of spec §6.10: ``run --cohort human --db --config``, ``export --include-raw-pids``,
+"""``agentmill autocog`` features: ``run --cohort human --db --config``, ``export --include-raw-pids``,
 ``fixture verify|replay`` (on a tiny synthetic fixture: the real one is not vendored) and ``recover`` (smoke grid).
 Bad input exits 2 with one stderr line and writes nothing."""
 
@@ -122,7 +122,7 @@ def _sha(p) -> str:
 
 
 def _fixture(root):
-    """A synthetic fixture in the §6.9 layout: 2 observations, 3 theories, hand-checkable scores.
+    """A synthetic fixture in the vendored fixture's layout: 2 observations, 3 theories, hand-checkable scores.
     obs 1 (r .5): d = 0, .2, .4 -> n = 0, .5, 1;  obs 2 (r .2): d = .4, 0, .2 -> n = 1, 0, .5;
     norms 1, .5, √1.25 -> scores 1 - 1/√1.25 = .106, 1 - .5/√1.25 = .553, 0."""
     run = root / "binary"

@@ -26,6 +26,7 @@ from agentmill.lm.loopback import LoopbackServer  # noqa: E402
 from agentmill.methods.constraint_rot.actors import AlwaysComply, RuleReader  # noqa: E402
 from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard  # noqa: E402
 from agentmill.methods.constraint_rot.organism.tiny_base import SPECIAL, ChatMLBytes  # noqa: E402
+from agentmill.methods.constraint_rot import specs as cr_specs  # noqa: E402
 from tests.methods.constraint_rot.test_organism_train import tiny_base  # noqa: E402
 
 CR = ["constraint-rot"]
@@ -60,7 +61,7 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Any]]:  # type: ignore[no
     """One tiny organism trained through the CLI into ``$AGENTMILL_CACHE/organisms`` (the default root)."""
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cr_cli, "load_organism_base", tiny_loader)
+        mp.setattr(cr_specs, "load_organism_base", tiny_loader)
         mp.setenv("AGENTMILL_CACHE", str(cache))
         import contextlib
         import io
@@ -72,7 +73,7 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Any]]:  # type: ignore[no
 
 @pytest.fixture()
 def tiny(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(cr_cli, "load_organism_base", tiny_loader)
+    monkeypatch.setattr(cr_specs, "load_organism_base", tiny_loader)
     LOADS.clear()
 
 
@@ -149,7 +150,7 @@ VALIDATE = ["--n-per-cell", "2", "--counter", "whitespace"]
 
 def test_validate_prints_the_gate_table_and_writes_the_card(tmp_path, monkeypatch, capsys):
     adapter = _card_dir(tmp_path)
-    monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: RuleReader("semantic"))
+    monkeypatch.setattr(cr_specs, "organism_actor", lambda d, **kw: RuleReader("semantic"))
     assert main([*CR, "organism", "validate", str(adapter), *VALIDATE]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[1:7]}
@@ -163,7 +164,7 @@ def test_validate_prints_the_gate_table_and_writes_the_card(tmp_path, monkeypatc
 
 def test_a_failed_gate_exits_3_and_records_validated_false(tmp_path, monkeypatch, capsys):
     adapter = _card_dir(tmp_path)
-    monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: AlwaysComply())
+    monkeypatch.setattr(cr_specs, "organism_actor", lambda d, **kw: AlwaysComply())
     assert main([*CR, "organism", "validate", str(adapter), *VALIDATE]) == 3
     cap = capsys.readouterr()
     g1 = next(line for line in cap.out.splitlines() if line.startswith("G1 "))
@@ -174,7 +175,7 @@ def test_a_failed_gate_exits_3_and_records_validated_false(tmp_path, monkeypatch
 
 def test_validate_prints_paired_decisions_and_the_phrasing_swap(tmp_path, monkeypatch, capsys):
     adapter = _card_dir(tmp_path)
-    monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: RuleReader("semantic"))
+    monkeypatch.setattr(cr_specs, "organism_actor", lambda d, **kw: RuleReader("semantic"))
     assert main([*CR, "organism", "validate", str(adapter), *VALIDATE, "--swap-phrasing"]) == 2
     assert "organism validate" in capsys.readouterr().err          # the swap needs a finished validation first
     assert main([*CR, "organism", "validate", str(adapter), *VALIDATE]) == 0
@@ -187,7 +188,7 @@ def test_validate_prints_paired_decisions_and_the_phrasing_swap(tmp_path, monkey
 
 
 def test_validate_bad_input_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cr_cli, "organism_actor", lambda d, **kw: pytest.fail("no actor on bad input"))
+    monkeypatch.setattr(cr_specs, "organism_actor", lambda d, **kw: pytest.fail("no actor on bad input"))
     assert main([*CR, "organism", "validate", str(tmp_path / "none")]) == 2
     assert "not an organism adapter directory" in capsys.readouterr().err
     adapter = _card_dir(tmp_path)
@@ -249,7 +250,7 @@ def test_an_unvalidated_organism_is_refused_with_exit_3_before_loading(tmp_path,
 @pytest.mark.slow  # trains the tiny organism once (~10 s on 2 busy cores)
 def test_an_adapter_that_does_not_fit_the_base_exits_2_and_writes_nothing(trained, tmp_path, monkeypatch, capsys):
     eps = _episodes(tmp_path, capsys)
-    monkeypatch.setattr(cr_cli, "load_organism_base", lambda spec: tiny_loader(spec, sha="b" * 64))
+    monkeypatch.setattr(cr_specs, "load_organism_base", lambda spec: tiny_loader(spec, sha="b" * 64))
     res = tmp_path / "res.jsonl"
     assert main([*CR, "run", "--episodes", str(eps), "--actor", f"organism:{trained[1]['adapter_dir']}",
                  "--conditions", "full", "--allow-unvalidated", "--out", str(res)]) == 2

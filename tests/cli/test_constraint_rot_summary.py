@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentmill.cli import constraint_rot as cr_cli
 from agentmill.cli.main import main
+from agentmill.methods.constraint_rot import specs as cr_specs
+from agentmill.methods.constraint_rot.analysis import crossing_matrix, matrix_lines
 
 CR = ["constraint-rot"]
 
@@ -22,13 +23,13 @@ CR = ["constraint-rot"]
 @pytest.fixture()
 def loads(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
     seen: list[str] = []
-    real = cr_cli.load_summary_lm
+    real = cr_specs.load_summary_lm
 
     def counting(spec: str) -> Any:
         seen.append(spec)
         return real(spec)
 
-    monkeypatch.setattr(cr_cli, "load_summary_lm", counting)
+    monkeypatch.setattr(cr_specs, "load_summary_lm", counting)
     monkeypatch.setenv("AGENTMILL_CACHE", "/nonexistent/agentmill-cache")  # tests name --summary-cache
     return seen
 
@@ -211,10 +212,10 @@ def test_crossing_matrix_counts_failed_summaries_and_leaves_them_out_of_v() -> N
     rows = [r("s1", a, e, e == "e0") for a in ("x", "y") for e in ("e0", "e1")]
     rows += [r("s1", "x", "e2", False, failed=True)]
     rows += [r("s2", "x", "e0", True), r("s2", "y", "e0", False, failed=True)]
-    m = cr_cli.crossing_matrix(rows, ["s1", "s2"], ["x", "y"], B=20, seed=0)
+    m = crossing_matrix(rows, ["s1", "s2"], ["x", "y"], B=20, seed=0)
     v = {(c["summariser"], c["actor"]): c for c in m["V"]}
     assert (v["s1", "x"]["n"], v["s1", "x"]["v"], v["s1", "x"]["summary_failed"]) == (2, 0.5, 1)
     assert (v["s2", "y"]["n"], v["s2", "y"]["v"], v["s2", "y"]["summary_failed"]) == (0, None, 1)
     assert m["summary_failed"] == 2 and m["eta_summarisers"] == ["s1"] and m["eta2_S"] is None
-    text = "\n".join(cr_cli.matrix_lines(m, ["s1", "s2"], ["x", "y"]))
+    text = "\n".join(matrix_lines(m, ["s1", "s2"], ["x", "y"]))
     assert "n/a (summary failed)" in text and "s1 x x: 1" in text and "s2 x y: 1" in text

@@ -1,5 +1,5 @@
-"""The help a person reads: every flag and positional of every command says what it is, no help cites the spec's
-sections (documents not in this repository) or shows reStructuredText backticks, each method's command group ends
+"""The help a person reads: every flag and positional of every command says what it is, no help cites sections of
+design documents outside this repository or shows reStructuredText backticks, each method's command group ends
 with example command lines that parse, and ``agentmill list --papers`` prints one row per paper."""
 
 from __future__ import annotations

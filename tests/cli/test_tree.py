@@ -8,7 +8,7 @@ from agentmill.cli.main import main
 def test_collapse_table_prints_the_spec_values(capsys):
     assert main(["collapse", "table", "--G", "4,8", "--p", "0.05,0.3"]) == 0
     out = capsys.readouterr().out
-    assert "0.815" in out and "0.663" in out and "0.248" in out and "0.058" in out   # spec §2.1 reference table
+    assert "0.815" in out and "0.663" in out and "0.248" in out and "0.058" in out   # C(G, p) reference values [D]
 
 
 def test_tree_sample_writes_a_rollout_log_and_report_reads_it(tmp_path, capsys):

@@ -145,7 +145,7 @@ def test_tost_declares_equivalence_only_inside_margin() -> None:
         tost([1.0, 2.0], margin=0)
 
 
-# ---------------------------------------------------------------- auroc and cluster_bootstrap (agent-credit §6.1)
+# ---------------------------------------------------------------- auroc and cluster_bootstrap
 
 from agentmill.core.stats import auroc, cluster_bootstrap  # noqa: E402
 

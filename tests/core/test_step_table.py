@@ -1,4 +1,4 @@
-"""StepTable / LabelTable (spec agent-credit.md §2.1, §6.7, §9): construction, validation, JSONL round trip."""
+"""StepTable / LabelTable : construction, validation, JSONL round trip."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact tabular solvers (spec §2.9): hand-checked cases, the E173 identity β·log(π*/π_ref) = A* on random
+"""Exact tabular solvers: hand-checked cases, the E173 identity β·log(π*/π_ref) = A* on random
 stochastic MDPs, and policy evaluation against Monte Carlo with an interval that tightens with samples."""
 
 from __future__ import annotations

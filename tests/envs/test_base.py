@@ -1,4 +1,4 @@
-"""The TextEnv protocol helpers and the explicit-name registry (spec §6.2, house rule 11)."""
+"""The TextEnv protocol helpers and the explicit-name registry (house rule 11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KeyDoor: protocol conformance, determinism, dynamics, oracle and the exact tabular model (spec §6.2, §6.8)."""
+"""KeyDoor: protocol conformance, determinism, dynamics, oracle and the exact tabular model [R]."""
 
 from __future__ import annotations
 

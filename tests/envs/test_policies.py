@@ -98,7 +98,7 @@ def test_linear_pg_step_is_lr_times_the_exact_gradient():
 
 def test_kl_in_reward_pg_converges_to_the_soft_optimum():
     """Bandit with rewards r and reference ρ: the fixed point of pg_step with returns r − β·KL and kl_coef = β is
-    π* ∝ ρ·exp(r/β) (spec §2.7). The expected gradient is formed exactly: one row per candidate, A_b = K·π_b·(r_b −
+    π* ∝ ρ·exp(r/β) [D]. The expected gradient is formed exactly: one row per candidate, A_b = K·π_b·(r_b −
     β·KL), so mean_rows(A·∇log π) = E_π[(r − β·KL)·∇log π]."""
     cands = ["a", "b", "c"]
     r = np.array([1.0, 0.2, -0.5])

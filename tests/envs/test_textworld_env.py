@@ -1,4 +1,4 @@
-"""Real TextWorld: one small game generated offline by tw-make, then played (spec §6.8: reward differences, `won`,
+"""Real TextWorld: one small game generated offline by tw-make, then played (reward differences, `won`,
 the `policy_commands` distance label), plus the cache, calibration and error paths of make_games."""
 
 from __future__ import annotations

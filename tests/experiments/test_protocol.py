@@ -40,7 +40,7 @@ def test_judge_directions() -> None:
 
 
 def test_two_part_rule_point_threshold_and_ci_bound() -> None:
-    """The spec's "≥ 1.5 and CI > 1": point must meet 1.5, the CI's lower end must clear 1."""
+    """A two-part rule "≥ 1.5 and CI > 1": point must meet 1.5, the CI's lower end must clear 1."""
     c = Claim(id="C", statement="s", source="src", paper_value="p", metric="m", direction=">=", threshold=1.5,
               ci_bound=1.0)
     assert c.threshold_text == "≥ 1.5, CI > 1" and c.rule == "two_part"

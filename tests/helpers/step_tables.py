@@ -1,4 +1,4 @@
-"""Hand-made and seeded random ``StepTable``s for estimator tests (spec agent-credit.md §2.5, §6.8)."""
+"""Hand-made and seeded random ``StepTable``s for estimator tests (worked example: docs/methods/g2po.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from agentmill.core.types import StepTable
 
 
 def golden_table() -> StepTable:
-    """The worked example of spec §2.5 (gamma = 0.5): three trajectories from S; W = win, C = dead end."""
+    """The worked example of docs/methods/g2po.md (gamma = 0.5): three trajectories from S; W = win, C = dead end."""
     return StepTable.from_episodes([
         dict(group_id="g", traj_id="t1", obs=["S", "A", "W"], actions=["go a", "win"], rewards=[0, 1]),
         dict(group_id="g", traj_id="t2", obs=["S", "B", "A", "W"], actions=["go b", "go a", "win"],

@@ -1,4 +1,4 @@
-"""HFPair (spec agent-credit.md §6.3): one SmolLM2 copy with a LoRA adapter serves as policy (adapter on) and
+"""HFPair (docs/methods/progress_advantage.md): one SmolLM2 copy with a LoRA adapter serves as policy (adapter on) and
 reference (adapter off); the reference equals the plain base model, and a saved adapter reloads exactly."""
 
 from __future__ import annotations

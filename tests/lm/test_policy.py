@@ -1,4 +1,4 @@
-"""CandidatePolicy (spec agent-credit.md §6.3): π(a|s) = softmax of ℓ(a)/T over the admissible commands, with ℓ the
+"""CandidatePolicy (lm.policy): π(a|s) = softmax of ℓ(a)/T over the admissible commands, with ℓ the
 summed log-probs of the candidate's tokens plus end of turn; shared-prefix scoring equals re-encoding every
 candidate; the policy drives collect_groups; LoRACandidatePolicy's autograd updates move the policy the right way."""
 

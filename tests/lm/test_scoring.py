@@ -1,4 +1,4 @@
-"""Segment scoring (spec agent-credit.md §6.3): hand-checked bookkeeping on the canned scorer, agreement with each
+"""Segment scoring (lm.scoring): hand-checked bookkeeping on the canned scorer, agreement with each
 backend's own ``logprobs``, batched == one by one, truncation surfaced as NaN, tokenizer fingerprints."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``agentmill autocog``: run, resume and audit the AutoCog loop; recovery grid; battery; participant web app;
-human-data fixture (spec autocog §6.10).
+human-data fixture (docs/methods/autocog.md).
 
     agentmill autocog run --run-dir D --roles search|llm [--lm SPEC] --cohort simulated --gt ttb --eps 0.25
                           [--rounds 5] [--seed 0] [--gate welch|power|jsd_static|jsd_sequence]
@@ -172,8 +172,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     """The run's current leaderboard (all data so far); with ``--prospective`` each theory's prospective score beside
-    it: the same rule on the observations collected after its admission only (pitfall 4: post-admit scores are
-    in-sample for a revised theory). Both come from ``state.json`` as the loop wrote them."""
+    it: the same rule on the observations collected after its admission only (post-admit scores are in-sample
+    for a revised theory). Both come from ``state.json`` as the loop wrote them."""
     p = Path(args.run_dir) / "state.json"
     if not p.exists():
         print(f"{args.run_dir}: no state.json", file=sys.stderr)
@@ -494,7 +494,7 @@ def register(sub) -> None:
                            help="continue even though the loop's config differs from the ledgered one")
         if name == "leaderboard":
             q.add_argument("--prospective", action="store_true",
-                           help="also print each theory's score on observations after its admission (pitfall 4)")
+                           help="also print each theory's score on observations after its admission")
         q.set_defaults(fn=fn)
     rc = s.add_parser("recover", help="AC-7 recovery grid (GT x noise x seeds), resumable per run")
     rc.add_argument("--grid", choices=("smoke", "quick", "full"), default="quick",
@@ -549,7 +549,7 @@ def register(sub) -> None:
     fx.add_argument("dir", help="fixture folder (manifest.json, binary/, cardinal/), e.g. tests/fixtures/autocog_human")
     fx.add_argument("--run", choices=("binary", "cardinal"), default=None, help="replay: which human run to rescore")
     fx.set_defaults(fn=cmd_fixture)
-    th = s.add_parser("theory", help="check a theory's declarable properties (pitfall 20)")
+    th = s.add_parser("theory", help="check a theory's declarable properties against its code")
     th.add_argument("action", choices=("check",), help="check: test every declarable property")
     th.add_argument("file", nargs="?", default=None,
                     help="JSON/YAML theory recipe (state.json's theories[...].spec, optional 'properties' list)")

@@ -1,4 +1,4 @@
-"""``agentmill constraint-rot``: the ConstraintRot benchmark (E164; spec constraint-rot.md §6.5).
+"""``agentmill constraint-rot``: the ConstraintRot benchmark (E164, arXiv:2606.22528).
 
     agentmill constraint-rot catalogue validate [--path DIR]     every family's self-checks; version + sha256
     agentmill constraint-rot catalogue list [--path DIR] [--kind soft|hard] [--split SPLIT]
@@ -14,9 +14,9 @@
     agentmill constraint-rot run ... --compactor summary:style=handoff,lm=hf:smollm2,ratio=0.25 [--summary-cache DIR]
     agentmill constraint-rot run ... --actor organism:DIR --allow-unvalidated     (else exit 3 for an unvalidated card)
     agentmill constraint-rot cross --summarisers window summary:style=handoff,lm=SPEC ... --actors A1 A2 ...
-        --episodes FILE --out cross.jsonl [--B 1000]        V[s][a], survival per row, η²_S and η²_A (spec §2.9)
+        --episodes FILE --out cross.jsonl [--B 1000]        V[s][a], survival per row, η²_S and η²_A
     agentmill constraint-rot attack optimise --target summary:style=goal_extract,lm=SPEC --dev FILE
-        --out attack.json [--population 8] [--generations 2]   the frozen optimised attack (spec §2.8)
+        --out attack.json [--population 8] [--generations 2]   the frozen optimised attack
     agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
     agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
                                             [--lr X] [--history-weight W] [--no-paired] [--fresh-values]
@@ -27,74 +27,22 @@
                                       G1-G6 table; report into the card (train: a diagnostic beside it;
                                       --swap-phrasing: re-run `present` with the other split's sentences)
 
-A thin face over ``agentmill.methods.constraint_rot``. Bad input (a malformed catalogue or registry, an unknown
-compactor or option, a bad condition, a missing file, resuming into results of another catalogue or prereg) exits
-2 with one line naming the flag or file; so do an ``organism:DIR`` without an ``organism_card.json``, an adapter that
-does not fit the loaded base, and an ``endpoint:`` that is not ``http(s)://HOST...#MODEL`` — all before anything is
-written. ``report`` exits 3 when a decay figure is withheld because its precondition (§5 pitfall 2) is not met;
-``organism validate`` exits 3 when a gate fails (the card then says ``validated: false``). Exit code 4 (a pre-registered claim failed) is not produced here: the
-metrics table carries no claim verdicts — claims are judged by ``agentmill experiments run constraint_rot``.
-
-**LLM summaries.** ``summary:style=S,lm=SPEC`` builds ``LLMSummary`` over an ``agentmill.lm`` spec (``hf:smollm2``,
-``openai:MODEL@URL``, ``scripted:NAME``; ``lm=smollm2`` means ``hf:smollm2``). Each spec is loaded once, and only
-after every flag is valid; summaries go through the content-addressed ``SummaryCache`` at
-``$AGENTMILL_CACHE/summaries`` (or ``--summary-cache DIR``), shared with the E164 experiments, so a rerun and every
-further actor reuse them. Rows of LLM compactors carry ``summariser_lm`` and ``summary_failed``. Only the
-transformers backend exists (``--backend llamacpp`` exits 2).
-
-**Unvalidated organisms.** ``run``/``cross`` with an ``organism:DIR`` whose card is not validated exit 3
-(precondition not met, spec §2.10) before loading anything, unless ``--allow-unvalidated``; the manifest records
-``allow_unvalidated``.
-
-``cross`` runs every actor on every (episode, summariser) with ``compacted`` and writes the result rows (with
-``summariser``/``actor_spec`` labels) to ``--out``, the manifest next to it, and ``<out>.matrix.json``: V[s][a]
-(Wilson 95 %), lenient survival per summariser, η²_S = SS_rows/SS_total and η²_A = SS_cols/SS_total over the cell
-means with cluster-bootstrap CIs (the functions of ``methods/constraint_rot/crossing``), the share of
-(episode, summariser) pairs whose actors all read the same input, and the summariser calls (≤ episodes ×
-LLM summarisers thanks to the cache). It prints the matrix.
-
-``attack optimise`` runs each dev episode to its compaction point (no attack, ``AlwaysComply``), plants payloads in
-the last distractor tool output outside the kept tail and searches template × slots with
-``attacks.optimise.optimise_attack``; the frozen ``OptimisedAttack`` (with its filler and clean drop rates) is
-written once to ``--out`` and can be given to ``generate --attack FILE``. Test-split or already attacked episodes are
-refused.
-
-``generate`` writes one ``Episode.to_json()`` per line, atomically. ``run`` writes a run manifest next to the
-results (``<out>.manifest.json``: versions, catalogue and prereg hashes, episodes-file hash, seeds, CPU) before the
-first episode, then appends rows through :class:`~agentmill.methods.constraint_rot.loop.ResultWriter`. Conditions:
-``full`` and ``never`` run once per episode (no compactor); ``compacted``, ``rounds:K``, ``cf_keep``, ``cf_drop``
-run once per ``--compactor``; ``pinned`` once per compactor and card pin (default placement ``after_summary``);
-``impersonation`` once per compactor and pin (``none`` = unpinned); ``--gate`` adds the policy-gate arm per
-compactor (``gate:impersonation`` too when ``impersonation`` is asked). Tokens are counted with the counter the
-episodes were generated with (``--counter`` of ``generate``).
-
-``organism train`` builds the SFT data of the recipe (spec §2.10: quick 320 / full 960 examples, seed 0; the E164
-experiments' ``full`` profile uses the 320 recipe), derives its content address (:mod:`agentmill.methods.constraint_rot.organism.cache`) and trains only
-when ``<root>/<address>`` holds no card, so the experiments find the adapter this command trained and vice versa.
-The root is ``$AGENTMILL_CACHE/organisms`` unless ``--out`` names another. A progress bar goes to stderr; stdout
-gets one JSON object (adapter directory, trained now or reused, the card's key numbers).
-
-The registry file of ``pin-hook`` is YAML: ``version`` (optional) and ``rules``, a list of ``{rule_id, text,
-issuer, kind: soft|hard, scope_tools: [...]}``. Cards are rendered from it (never from a transcript).
+A thin face over ``agentmill.methods.constraint_rot``: flags are turned into objects by its ``specs`` module, run
+files (episodes, manifest, resume checks) are handled by ``runs``, and the printed tables come from ``analysis``.
+What each command writes, when it refuses (exit 2 for bad input, 3 for an unmet precondition) and how LLM summaries
+and organisms are cached and gated: docs/methods/constraint_rot.md, "Experiments and commands".
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import inspect
 import json
-import os
-import platform
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SPLITS = ("train", "dev", "test_iid", "test_ood_family")
 COUNTERS = ("smollm2", "whitespace")
-CONDITION_WORDS = ("full", "never", "compacted", "pinned", "cf_keep", "cf_drop", "rounds:K", "impersonation")
-MANIFEST_SCHEMA = 1
 EXIT_BAD_INPUT, EXIT_PRECONDITION, EXIT_CLAIM_FAILED = 2, 3, 4
 
 
@@ -122,40 +70,9 @@ def cmd_catalogue(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_registry(path: Path) -> Any:
-    """A frozen :class:`PolicyRegistry` from a registry YAML file (module docstring)."""
-    import yaml
-
-    from agentmill.methods.constraint_rot.pinning import PolicyRegistry
-
-    if not path.is_file():
-        raise ValueError(f"{path}: registry file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: malformed YAML: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("rules"), list) or not data["rules"]:
-        raise ValueError(f"{path}: expected a mapping with a non-empty 'rules' list")
-    reg = PolicyRegistry(version=str(data.get("version", "1")))
-    for i, r in enumerate(data["rules"]):
-        where = f"{path}: rules[{i}]"
-        if not isinstance(r, dict):
-            raise ValueError(f"{where}: expected a mapping")
-        missing = [k for k in ("rule_id", "text", "issuer", "kind") if k not in r]
-        unknown = sorted(set(r) - {"rule_id", "text", "issuer", "kind", "scope_tools"})
-        if missing or unknown:
-            raise ValueError(f"{where}: missing {missing} / unknown {unknown} fields")
-        try:
-            reg.register(str(r["rule_id"]), str(r["text"]), issuer=str(r["issuer"]), kind=r["kind"],
-                         scope_tools=list(r.get("scope_tools") or ()))
-        except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
-    reg.freeze()
-    return reg
-
-
 def cmd_pin_hook(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.pinning.integrations.claude_code import session_start_hook_output
+    from agentmill.methods.constraint_rot.specs import load_registry
 
     print(session_start_hook_output(load_registry(Path(args.registry))))
     return 0
@@ -180,42 +97,10 @@ def _counter(name: str) -> Any:
     raise ValueError(f"unknown token counter {name!r} (counters: {', '.join(COUNTERS)})")
 
 
-def parse_attack(text: str, *, channel: str = "http_page", position: str = "end") -> Any:
-    """``--attack``: ``none``, ``fixed`` (A2), ``filler`` (F0 matched to A2), ``template:A1``..``template:A6``,
-    ``forged_card`` (A7), or a JSON file written by the optimiser / an ``AttackSpec`` dict. None for ``none``."""
-    from agentmill.methods.constraint_rot.attacks import AttackSpec
-
-    where = f"--attack {text}"
-    try:
-        if text == "none":
-            return None
-        if text in ("fixed", "filler", "forged_card"):
-            return AttackSpec(text, channel=channel, position=position)
-        if text.startswith("template:"):
-            return AttackSpec("template", template_id=text.split(":", 1)[1], channel=channel, position=position)
-        path = Path(text)
-        if path.suffix == ".json":
-            if not path.is_file():
-                raise ValueError(f"{path}: attack file not found")
-            d = json.loads(path.read_text())
-            from agentmill.methods.constraint_rot.attacks.optimise import SCHEMA, load_attack
-
-            if isinstance(d, dict) and d.get("schema") == SCHEMA:  # written by `attack optimise` (hash re-checked)
-                spec = load_attack(path).spec
-                return AttackSpec.from_dict({**spec.to_dict(), "channel": channel})
-            d = d.get("spec", d) if isinstance(d, dict) else d
-            if not isinstance(d, dict):
-                raise ValueError(f"{path}: expected an AttackSpec mapping")
-            return AttackSpec.from_dict({**d, "channel": d.get("channel", channel),
-                                         "position": d.get("position", position)})
-    except (ValueError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where}: {e}") from None
-    raise ValueError(f"{where}: expected none, fixed, filler, forged_card, template:A1..A6 or an attack .json file")
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     from agentmill.core.records import write_text_atomic
     from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
+    from agentmill.methods.constraint_rot.specs import parse_attack
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -233,401 +118,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- run: parsing ----------------------------------------------------------------------------------------------------
-def _value(v: str) -> Any:
-    low = v.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low == "null":
-        return None
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            pass
-    return v
-
-
-def _options(text: str, flag: str) -> tuple[str, dict[str, Any]]:
-    name, _, rest = text.partition(":")
-    opts: dict[str, Any] = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise ValueError(f"{flag} {text}: expected key=value options, got {item!r}")
-        opts[k.strip()] = _value(v.strip())
-    return name.strip(), opts
-
-
-def compactor_classes() -> dict[str, Any]:
-    from agentmill.methods.constraint_rot import compactors as c
-
-    return {"window": c.SlidingWindow, "head_tail": c.HeadAndTail, "tool_clear": c.ToolResultClearing,
-            "extractive": c.ExtractiveSummary, "structured": c.StructuredSummary,
-            "note_following": c.NoteFollowingSummary, "none": c.NoCompaction}
-
-
-SUMMARY_OPTIONS = ("style", "lm", "ratio", "keep_last", "trim_input_tokens", "prompt_source")
-BACKENDS = ("transformers", "llamacpp")
-
-
-def load_summary_lm(spec: str) -> Any:
-    """The summariser LM for ``spec`` through :func:`agentmill.lm.load_lm`. The one place the CLI loads a
-    summariser, so tests can hand it a scripted model instead."""
-    from agentmill.lm import load_lm
-
-    return load_lm(spec)
-
-
-class SummariserLM:
-    """The LM of ``--compactor summary:...,lm=SPEC``: one per spec, shared by every compactor naming it, and
-    loaded by :meth:`load` only once every flag is valid (a typo never costs a model load). ``spec`` is what
-    ``LLMSummary`` hashes into its config, so summaries cached under one spec are found again."""
-
-    def __init__(self, spec: str):
-        self.spec = spec
-        self._lm: Any = None
-
-    def load(self) -> Any:
-        if self._lm is None:
-            self._lm = load_summary_lm(self.spec)
-        return self._lm
-
-    def generate(self, prompts: Any, config: Any) -> Any:
-        return self.load().generate(prompts, config)
-
-
-def summary_lm_spec(value: Any, where: str) -> str:
-    """``lm=`` of a summary compactor → an ``agentmill.lm`` spec; a bare name is ``hf:<name>`` (the spec's
-    ``lm=smollm2``)."""
-    from agentmill.lm import parse_spec
-
-    if value is None or not str(value).strip():
-        raise ValueError(f"{where}: the LLM summariser needs lm=SPEC (e.g. lm=hf:smollm2, lm=openai:MODEL@URL, "
-                         f"lm=scripted:echo)")
-    spec = str(value).strip()
-    spec = spec if ":" in spec else f"hf:{spec}"
-    try:
-        parse_spec(spec)
-    except ValueError as e:
-        raise ValueError(f"{where}: lm={value}: {e}") from None
-    return spec
-
-
-def check_backend(backend: str) -> str:
-    if backend != "transformers":
-        raise ValueError(f"--backend {backend}: only the transformers backend is implemented (llamacpp exposes no "
-                         f"hidden states and is not wired into this command)")
-    return backend
-
-
-def summary_cache_dir(text: str | None) -> Path:
-    """``--summary-cache DIR`` or ``cache_root()/"summaries"`` (checked, not created: bad input writes nothing)."""
-    from agentmill.core.paths import cache_root
-
-    path = Path(text) if text else cache_root() / "summaries"
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--summary-cache {path}: exists and is not a directory")
-    return path
-
-
-def parse_compactor(text: str, counter: Any, *, lms: dict[str, SummariserLM] | None = None, cache: Any = None,
-                    flag: str = "--compactor") -> Any:
-    """``--compactor name[:key=value,...]`` → a compactor (options are the constructor's keyword arguments).
-    ``summary:style=S,lm=SPEC[,ratio=R,keep_last=K,trim_input_tokens=N,prompt_source=P]`` is the LLM summariser;
-    its LM is a :class:`SummariserLM` from ``lms`` (shared per spec; not loaded here) and its summaries go through
-    ``cache`` (a ``SummaryCache``; None while flags are being checked)."""
-    name, opts = _options(text, flag)
-    classes = compactor_classes()
-    if name in ("summary", "llm_summary"):
-        from agentmill.methods.constraint_rot.compactors import LLMSummary
-
-        unknown = sorted(set(opts) - set(SUMMARY_OPTIONS))
-        if unknown:
-            raise ValueError(f"{flag} {text}: unknown option(s) {unknown} for summary (options: "
-                             f"{', '.join(SUMMARY_OPTIONS)})")
-        spec = summary_lm_spec(opts.pop("lm", None), f"{flag} {text}")
-        lms = {} if lms is None else lms
-        lm = lms.setdefault(spec, SummariserLM(spec))
-        try:
-            return LLMSummary(lm, **opts, cache=cache, counter=counter)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{flag} {text}: {e}") from None
-    if name not in classes:
-        raise ValueError(f"{flag} {text}: unknown compactor {name!r} (choose from summary, {', '.join(classes)})")
-    cls = classes[name]
-    known = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "counter", "lm")]
-    unknown = sorted(set(opts) - set(known))
-    if unknown:
-        raise ValueError(f"{flag} {text}: unknown option(s) {unknown} for {name} (options: "
-                         f"{', '.join(known) or 'none'})")
-    try:
-        return cls(**opts, counter=counter)
-    except (ValueError, TypeError, NotImplementedError) as e:
-        raise ValueError(f"{flag} {text}: {e}") from None
-
-
-def open_summariser_lms(lms: dict[str, SummariserLM], cache_dir: Path | None) -> Any:
-    """Load every summariser LM (after all flags are valid) and open the summary cache; None without LLM
-    summaries."""
-    from agentmill.methods.constraint_rot.summary_cache import SummaryCache
-
-    if not lms or cache_dir is None:
-        return None
-    for lm in lms.values():
-        lm.load()
-    return SummaryCache(cache_dir)
-
-
-def stamp_summary(row: dict[str, Any], compactor: Any, compactions: list[Any]) -> dict[str, Any]:
-    """Fill the row's ``summariser_lm`` and ``summary_failed`` for an LLM summary compactor (spec §9: a failed
-    summary is recorded, never mistaken for a compaction)."""
-    lm = getattr(compactor, "lm", None) or getattr(getattr(compactor, "inner", None), "lm", None)
-    if isinstance(lm, SummariserLM):
-        row["summariser_lm"] = lm.spec
-        row["summary_failed"] = any(bool(c.details.get("summary_failed")) for c in compactions)
-    return row
-
-
-def load_organism_base(spec: str) -> Any:
-    """A fresh organism ``Base`` for ``spec`` (SmolLM2 from its GGUF for ``hf:smollm2``). The one place the CLI
-    loads an organism base, so tests can hand it a tiny model instead."""
-    from agentmill.methods.constraint_rot.organism.train import load_base
-
-    return load_base(spec)
-
-
-def organism_dir(text: str, where: str) -> Path:
-    """An adapter directory holding a readable ``organism_card.json`` (checked before any model is loaded)."""
-    from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismCard
-
-    path = Path(text)
-    if not path.is_dir() or not (path / CARD_FILE).is_file():
-        raise ValueError(f"{where}: not an organism adapter directory (no {CARD_FILE}); train one with "
-                         f"`agentmill constraint-rot organism train`")
-    try:
-        OrganismCard.load(path)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-    return path
-
-
-def organism_actor(adapter_dir: Path, *, dtype: str = "fp32", max_new_tokens: int = 160) -> Any:
-    """The organism as an actor: its card's base (through :func:`load_organism_base`) with the LoRA merged.
-    Raises ``OrganismMismatch`` (a ``ValueError``) when the adapter does not fit the loaded base (spec §9)."""
-    from agentmill.methods.constraint_rot.actors import OrganismActor
-    from agentmill.methods.constraint_rot.organism.train import OrganismCard
-
-    if max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-
-    spec = OrganismCard.load(adapter_dir).base
-    return OrganismActor(adapter_dir, dtype=dtype, max_new_tokens=max_new_tokens,  # type: ignore[arg-type]
-                         base=lambda: load_organism_base(spec))
-
-
-def endpoint_target(text: str) -> tuple[str, str]:
-    """``endpoint:URL#MODEL`` → (base URL, model); the URL must be http(s) with a host."""
-    from urllib.parse import urlparse
-
-    url, sep, model = text.partition(":")[2].rpartition("#")
-    u = urlparse(url)
-    if not sep or not model.strip() or u.scheme not in ("http", "https") or not u.netloc:
-        raise ValueError(f"--actor {text}: expected endpoint:URL#MODEL with an http(s) URL, e.g. "
-                         f"endpoint:http://127.0.0.1:8000/v1#my-model")
-    return url, model.strip()
-
-
-def parse_actor(text: str, seed: int, *, dtype: str = "fp32", max_new_tokens: int = 160, tool_format: str = "auto",
-                api_key_env: str = "AGENTMILL_API_KEY") -> Callable[[], Any]:
-    """``--actor`` → a zero-argument builder of the actor. The text is checked now (scripted actors are built,
-    an organism directory must hold a card, an endpoint needs ``URL#MODEL``); the builder loads the organism or
-    opens the endpoint client, so a typo in another flag fails before a model is loaded. ``dtype`` and
-    ``max_new_tokens`` apply to the organism, ``tool_format`` and ``api_key_env`` to the endpoint."""
-    from agentmill.methods.constraint_rot import actors as a
-
-    kind, _, rest = text.partition(":")
-    if kind == "organism":
-        path = organism_dir(rest, f"--actor {text}")
-        if max_new_tokens < 1:
-            raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-        return lambda: organism_actor(path, dtype=dtype, max_new_tokens=max_new_tokens)
-    if kind == "endpoint":
-        url, model = endpoint_target(text)
-
-        def endpoint() -> Any:
-            try:
-                return a.EndpointActor(url, model, tool_format=tool_format, api_key_env=api_key_env)  # type: ignore
-            except ValueError as e:
-                raise ValueError(f"--actor {text}: {e}") from None
-        return endpoint
-    if kind != "scripted":
-        raise ValueError(f"--actor {text}: expected scripted:NAME, endpoint:URL#MODEL or organism:DIR")
-    name, _, arg = rest.partition(":")
-    actor: Any = None
-    try:
-        if name == "rule-reader":
-            actor = a.RuleReader(arg or "semantic")
-        elif name == "random":
-            p, _, s = arg.partition(":")
-            actor = a.RandomActor(float(p), int(s) if s else seed)
-        else:
-            fixed = {"always-comply": a.AlwaysComply, "always-refuse": a.AlwaysRefuse,
-                     "latest-wins": a.LatestInstructionWins}
-            if name in fixed and arg:
-                raise ValueError(f"{name} takes no argument, got {arg!r}")
-            if name in fixed:
-                actor = fixed[name]()
-    except ValueError as e:
-        raise ValueError(f"--actor {text}: {e}") from None
-    if actor is None:
-        raise ValueError(f"--actor {text}: unknown scripted actor {name!r} (choose from rule-reader[:verbatim|"
-                         f"semantic|card_only], always-comply, always-refuse, latest-wins, random:P)")
-    return lambda: actor
-
-
-def parse_pin(text: str) -> str | None:
-    """``--pin none`` → None; ``--pin card[:placement=P]`` → the placement."""
-    from agentmill.methods.constraint_rot.pinning.middleware import PLACEMENTS
-
-    name, opts = _options(text, "--pin")
-    if name == "none" and not opts:
-        return None
-    if name != "card" or set(opts) - {"placement"}:
-        raise ValueError(f"--pin {text}: expected none or card[:placement=P] (placements: {', '.join(PLACEMENTS)})")
-    placement = opts.get("placement", "after_summary")
-    if placement not in PLACEMENTS:
-        raise ValueError(f"--pin {text}: unknown placement {placement!r} (placements: {', '.join(PLACEMENTS)})")
-    return str(placement)
-
-
-def build_conditions(words: str, compactors: list[Any], pins: list[str | None], gate: bool) -> list[Any]:
-    """The condition list of ``run`` (module docstring for the expansion rules)."""
-    from agentmill.methods.constraint_rot import conditions as C
-
-    items = [w.strip() for w in words.split(",") if w.strip()]
-    if not items:
-        raise ValueError("--conditions: empty list")
-    needs_compactor = [w for w in items if w not in ("full", "never")] + (["--gate"] if gate else [])
-    if needs_compactor and not compactors:
-        raise ValueError(f"--conditions {words}: {needs_compactor} compact(s); give at least one --compactor")
-    placements = [p for p in pins if p is not None] or ["after_summary"]
-    out: list[Any] = []
-    for w in items:
-        if w == "full":
-            out.append(C.full_context())
-        elif w == "never":
-            out.append(C.never_stated())
-        elif w in ("compacted", "cf_keep", "cf_drop") or w.startswith("rounds:"):
-            for m in compactors:
-                if w.startswith("rounds:"):
-                    k = w.split(":", 1)[1]
-                    if not k.isdigit():
-                        raise ValueError(f"--conditions: bad condition {w!r} (rounds:K with K in 1..5)")
-                    try:
-                        out.append(C.rounds(m, int(k)))
-                    except ValueError as e:
-                        raise ValueError(f"--conditions: bad condition {w!r}: {e}") from None
-                else:
-                    out.append({"compacted": C.compacted, "cf_keep": C.cf_keep, "cf_drop": C.cf_drop}[w](m))
-        elif w == "pinned":
-            out += [C.pinned(m, p) for m in compactors for p in placements]
-        elif w == "impersonation":
-            out += [C.impersonation(pin=p is not None, compactor=m) for m in compactors for p in pins]
-        else:
-            raise ValueError(f"--conditions: unknown condition {w!r} (choose from {', '.join(CONDITION_WORDS)})")
-    if gate:
-        out += [C.gate(m, impersonation=imp) for m in compactors for imp in
-                ((False, True) if "impersonation" in items else (False,))]
-    return out
-
-
-# -- run: manifest and resume ----------------------------------------------------------------------------------------
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def cpu_info() -> dict[str, Any]:
-    model = platform.processor() or None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"model": model, "count": os.cpu_count(), "machine": platform.machine(), "system": platform.system()}
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("agentmill", "numpy", "pyyaml", "rich", "transformers", "torch"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def manifest_path(out: Path) -> Path:
-    return out.with_name(out.name + ".manifest.json")
-
-
-def check_resume(out: Path, cat: Any, prereg: Any) -> dict[str, Any] | None:
-    """The existing manifest of ``out`` (None for a new file); refuses another catalogue or prereg (spec §9)."""
-    mp = manifest_path(out)
-    old = json.loads(mp.read_text()) if mp.is_file() else None
-    if old is not None:
-        for field_, mine in (("catalogue_version", cat.version), ("catalogue_sha", cat.sha256),
-                             ("prereg_sha256", prereg.sha256)):
-            if old.get(field_) != mine:
-                raise ValueError(f"--resume {out}: its manifest {mp.name} has {field_} {old.get(field_)!r}, this run "
-                                 f"has {mine!r}; write to a new --out")
-    if out.is_file():
-        from agentmill.methods.constraint_rot.metrics import load_rows
-
-        for i, row in enumerate(load_rows(out), 1):
-            for field_, mine in (("catalogue_version", cat.version), ("catalogue_sha", cat.sha256)):
-                if row.get(field_) != mine:
-                    raise ValueError(f"--resume {out}:{i}: row has {field_} {row.get(field_)!r}, this run has "
-                                     f"{mine!r}; write to a new --out")
-    return old
-
-
-def write_manifest(out: Path, old: dict[str, Any] | None, run: dict[str, Any], cat: Any, prereg: Any) -> Path:
-    from agentmill.core.records import write_json_atomic
-
-    manifest = old or {"schema": MANIFEST_SCHEMA, "results": out.name, "catalogue_version": cat.version,
-                       "catalogue_sha": cat.sha256, "prereg_version": prereg.version, "prereg_sha256": prereg.sha256,
-                       "runs": []}
-    manifest["runs"] = [*manifest.get("runs", []), run]
-    return write_json_atomic(manifest_path(out), manifest)
-
-
-def _load_episodes(path: Path, cat: Any) -> list[Any]:
-    from agentmill.methods.constraint_rot.generate import Episode
-
-    if not path.is_file():
-        raise ValueError(f"--episodes {path}: file not found")
-    eps = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            eps.append(Episode.from_dict(json.loads(line), cat))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"--episodes {path}:{i}: {type(e).__name__}: {e}") from None
-    if not eps:
-        raise ValueError(f"--episodes {path}: no episodes")
-    return eps
-
-
+# -- run ------------------------------------------------------------------------------------------------------------
 def episode_counter(episodes: list[Any]) -> tuple[str, Any]:
     """(name, counter) the episodes were generated with (``generate --counter``), so budgets and lengths agree."""
     name = episodes[0].generator_config.get("counter", "smollm2")
@@ -642,36 +133,16 @@ def _progress() -> Any:
                     console=Console(stderr=True))  # stdout stays machine-readable JSON
 
 
-def _actor_config(actor: Any) -> dict[str, Any] | None:
-    """What the manifest records of the actor: its ``config`` (no API key: the endpoint's config carries none),
-    plus the organism's card digest and validation state."""
-    cfg = getattr(actor, "config", None)
-    out = dict(cfg) if isinstance(cfg, dict) else None
-    card = getattr(actor, "card", None)
-    if card is not None and out is not None:
-        out.update(adapter_dir=str(actor.adapter_dir), base=card.base, base_sha256=card.base_sha256,
-                   validated=card.validated)
-    return out
-
-
-def organism_refusal(actor_text: str, allow_unvalidated: bool) -> str | None:
-    """Spec §2.10: an organism that failed a gate (or was never validated) is not an instrument. The one-line
-    reason ``run``/``cross`` refuse it with exit 3 unless ``--allow-unvalidated``; None when it may run. Read
-    from the card, so a refused run loads no model."""
-    from agentmill.methods.constraint_rot.organism.train import OrganismCard
-
-    kind, _, rest = actor_text.partition(":")
-    if kind != "organism" or allow_unvalidated or OrganismCard.load(Path(rest)).validated:
-        return None
-    return (f"agentmill: precondition not met: organism {rest} is not validated (gates G1-G6 failed or never run: "
-            f"`agentmill constraint-rot organism validate`); pass --allow-unvalidated to run it anyway")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from agentmill.envs.office import OfficeSandbox
     from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, result_key
     from agentmill.methods.constraint_rot.metrics import load_rows
     from agentmill.methods.constraint_rot.prereg import load_prereg
+    from agentmill.methods.constraint_rot.runs import (actor_config, check_resume, cpu_info, load_episodes,
+                                                       manifest_path, package_versions, sha256_file, write_manifest)
+    from agentmill.methods.constraint_rot.specs import (SummariserLM, build_conditions, check_backend,
+                                                        open_summariser_lms, organism_refusal, parse_actor,
+                                                        parse_compactor, parse_pin, stamp_summary, summary_cache_dir)
 
     check_backend(args.backend)
     build_actor = parse_actor(args.actor, args.seed, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
@@ -679,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pins = [parse_pin(p) for p in (args.pin or ["none"])]
     cat = _catalogue(args.path)
     prereg = load_prereg(args.prereg)
-    episodes = _load_episodes(Path(args.episodes), cat)
+    episodes = load_episodes(Path(args.episodes), cat)
     counter_name, counter = episode_counter(episodes)
     lms: dict[str, SummariserLM] = {}
 
@@ -701,11 +172,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cache = open_summariser_lms(lms, cache_dir)
     if cache is not None:
         compactors, conds = build(cache)
-    run = {"argv": sys.argv[1:], "versions": _versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
-           "episodes_sha256": _sha256_file(Path(args.episodes)), "n_episodes": len(episodes),
+    run = {"argv": sys.argv[1:], "versions": package_versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
+           "episodes_sha256": sha256_file(Path(args.episodes)), "n_episodes": len(episodes),
            "episode_seeds": sorted({e.seed for e in episodes}), "generator_seeds":
            sorted({e.generator_config.get("seed") for e in episodes}, key=str), "seed": args.seed,
-           "actor": getattr(actor, "name", args.actor), "actor_config": _actor_config(actor),
+           "actor": getattr(actor, "name", args.actor), "actor_config": actor_config(actor),
            "compactors": [{"name": m.name, "label": getattr(m, "label", m.name), "config_hash": m.config_hash,
                            "repr": repr(m)} for m in compactors],
            "pins": pins, "gate": args.gate, "conditions": [c.label for c in conds], "counter": counter_name,
@@ -715,7 +186,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     card = getattr(actor, "card", None)
     if card is not None and not card.validated:
         print(f"warning: organism {args.actor} is not validated (gates G1-G6 failed or never run: `agentmill "
-              f"constraint-rot organism validate`); claims judged on these rows need a validated organism (spec §2.10)", file=sys.stderr)
+              f"constraint-rot organism validate`); claims judged on these rows need a validated organism",
+              file=sys.stderr)
     with OfficeSandbox(0) as sb:  # the real loopback SMTP and HTTP servers, as in the spec
         loop = AgentLoop(actor, sb, counter=counter)
         done = ({result_key(r) for r in load_rows(out) if not r.get("error")}
@@ -750,87 +222,18 @@ def _flat(groups: list[list[str]] | None, flag: str) -> list[str]:
     return items
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None or x != x else f"{x:.3f}"
-
-
-def crossing_matrix(rows: list[dict[str, Any]], summarisers: list[str], actors: list[str], *, B: int,
-                    seed: int) -> dict[str, Any]:
-    """V[s][a] (Wilson 95 %), lenient survival per summariser and η²_S, η²_A over the cell means with cluster-
-    bootstrap CIs — the crossing decomposition (``methods/constraint_rot/crossing``) on CLI labels."""
-    from agentmill.core.stats import proportion_estimate
-    from agentmill.methods.constraint_rot.crossing import cell_means, decomposition, eta
-    from agentmill.methods.constraint_rot.metrics import split_summary_failed
-    from agentmill.methods.constraint_rot.stats import WILSON_Z
-    from agentmill.methods.constraint_rot.survival import SURVIVED
-
-    # a row whose summary failed saw the uncompacted context: counted per cell, left out of V, survival and η²
-    labelled = [{**r, "compactor": r["summariser"], "actor": r["actor_spec"]} for r in rows]
-    cells, failed = split_summary_failed(labelled)
-    V = []
-    for s in summarisers:
-        for a in actors:
-            here = [r for r in cells if r["compactor"] == s and r["actor"] == a]
-            k = sum(bool(r["violation"]) for r in here)
-            # None: every summary of the cell failed
-            w = proportion_estimate(k, len(here), z=WILSON_Z) if here else None
-            V.append({"summariser": s, "actor": a, "n": len(here), "violations": k, **_vlh(w), "errors": sum(bool(r.get("error")) for r in here),
-                      "summary_failed": sum(r["compactor"] == s and r["actor"] == a for r in failed)})
-    survival = {}
-    for s in summarisers:  # identical contexts across actors: one label per episode (the first actor's rows)
-        here = [r for r in cells if r["compactor"] == s and r["actor"] == actors[0]]
-        k = sum(r.get("survival_label") in SURVIVED for r in here)
-        w = proportion_estimate(k, len(here), z=WILSON_Z) if here else None
-        survival[s] = dict(zip(("survival", "lo", "hi"), _vlh(w).values()))
-    complete = [s for s in summarisers if all(c["n"] for c in V if c["summariser"] == s)]
-    point = (eta(cell_means(cells, complete, actors)) if len(complete) >= 2
-             else dict.fromkeys(("eta2_S", "eta2_A", "margin", "ratio"), float("nan")))
-    out: dict[str, Any] = {"V": V, "survival": survival, "summary_failed": len(failed),
-                           "eta_summarisers": complete,
-                           **{k: (None if v != v else v) for k, v in point.items()}}
-    if point["eta2_S"] == point["eta2_S"]:  # NaN when every cell is equal: nothing to decompose
-        est = decomposition(cells, complete, actors, B=B, seed=seed)
-        out["ci"] = {k: [e.lo, e.hi] for k, e in est.items()}
-    return out
-
-
-def _vlh(w: Any) -> dict[str, float | None]:
-    """An Estimate's value, lo, hi (all None when there is none: every summary of the cell failed)."""
-    return {"v": None, "lo": None, "hi": None} if w is None else {"v": w.value, "lo": w.lo, "hi": w.hi}
-
-
-def _cell(c: dict[str, Any]) -> str:
-    if c["v"] is None:
-        return "n/a (summary failed)"
-    return f"{c['v']:.2f} [{c['lo']:.2f},{c['hi']:.2f}]"
-
-
-def matrix_lines(m: dict[str, Any], summarisers: list[str], actors: list[str]) -> list[str]:
-    """The V[s][a] table (rows = summarisers, with lenient survival) and the η² line, for stdout."""
-    v = {(c["summariser"], c["actor"]): c for c in m["V"]}
-    w = max(12, *(len(s) for s in summarisers))
-    lines = ["V[s][a] violation rate (Wilson 95% CI); rows = summarisers, columns = actors",
-             f"{'':<{w}}  {'survival':>8}  " + "  ".join(f"{a:>24}" for a in actors)]
-    for s in summarisers:
-        cells = "  ".join(f"{_cell(v[s, a]):>24}" for a in actors)
-        surv = m["survival"][s]["survival"]
-        lines.append(f"{s:<{w}}  {'n/a' if surv is None else f'{surv:.2f}':>8}  {cells}")
-    ci = m.get("ci", {})
-    lines.append(f"eta2_S = {_fmt(m['eta2_S'])} {ci.get('eta2_s', '')}  eta2_A = {_fmt(m['eta2_A'])} "
-                 f"{ci.get('eta2_a', '')}  (margin eta2_S - 3 eta2_A = {_fmt(m['margin'])})")
-    failed = {(c["summariser"], c["actor"]): c.get("summary_failed", 0) for c in m["V"]}
-    if any(failed.values()):
-        lines.append("failed LLM summaries (left out of V, survival and eta2): " + ", ".join(
-            f"{s} x {a}: {k}" for (s, a), k in failed.items() if k))
-    return lines
-
-
 def cmd_cross(args: argparse.Namespace) -> int:
     from agentmill.core.records import write_json_atomic
     from agentmill.envs.office import OfficeSandbox
     from agentmill.methods.constraint_rot import conditions as C
     from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter
     from agentmill.methods.constraint_rot.prereg import load_prereg
+    from agentmill.methods.constraint_rot.analysis import crossing_matrix, matrix_lines
+    from agentmill.methods.constraint_rot.runs import (actor_config, cpu_info, load_episodes, manifest_path,
+                                                       matrix_path, package_versions, sha256_file, write_manifest)
+    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, open_summariser_lms,
+                                                        organism_refusal, parse_actor, parse_compactor, stamp_summary,
+                                                        summary_cache_dir)
 
     check_backend(args.backend)
     s_texts = _flat(args.summarisers, "--summarisers")
@@ -841,7 +244,7 @@ def cmd_cross(args: argparse.Namespace) -> int:
                                tool_format=args.tool_format, api_key_env=args.api_key_env) for a in a_texts}
     cat = _catalogue(args.path)
     prereg = load_prereg(args.prereg)
-    episodes = _load_episodes(Path(args.episodes), cat)
+    episodes = load_episodes(Path(args.episodes), cat)
     counter_name, counter = episode_counter(episodes)
     lms: dict[str, SummariserLM] = {}
 
@@ -864,10 +267,10 @@ def cmd_cross(args: argparse.Namespace) -> int:
     cache = open_summariser_lms(lms, cache_dir)
     if cache is not None:
         compactors = build(cache)
-    run = {"argv": sys.argv[1:], "versions": _versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
-           "episodes_sha256": _sha256_file(Path(args.episodes)), "n_episodes": len(episodes), "seed": args.seed,
+    run = {"argv": sys.argv[1:], "versions": package_versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
+           "episodes_sha256": sha256_file(Path(args.episodes)), "n_episodes": len(episodes), "seed": args.seed,
            "summarisers": [{"label": s, "name": m.name, "config_hash": m.config_hash} for s, m in compactors.items()],
-           "actors": [{"label": a, "name": getattr(x, "name", a), "config": _actor_config(x)}
+           "actors": [{"label": a, "name": getattr(x, "name", a), "config": actor_config(x)}
                       for a, x in actors.items()],
            "counter": counter_name, "allow_unvalidated": bool(args.allow_unvalidated), "backend": args.backend,
            "summariser_lms": sorted(lms), "summary_cache": str(cache.root) if cache is not None else None}
@@ -903,10 +306,6 @@ def cmd_cross(args: argparse.Namespace) -> int:
     return 0
 
 
-def matrix_path(out: Path) -> Path:
-    return out.with_name(out.name + ".matrix.json")
-
-
 # -- attack optimise -------------------------------------------------------------------------------------------------
 def dev_cases(episodes: list[Any], counter: Any, keep_last: int) -> tuple[list[Any], int]:
     """The optimiser's dev cases: each episode run (``AlwaysComply``, no compaction) to its compaction point; the
@@ -920,6 +319,9 @@ def dev_cases(episodes: list[Any], counter: Any, keep_last: int) -> tuple[list[A
 
 def cmd_attack_optimise(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.attacks import TEMPLATES, optimise_attack
+    from agentmill.methods.constraint_rot.runs import load_episodes
+    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, open_summariser_lms,
+                                                        parse_compactor, summary_cache_dir)
 
     check_backend(args.backend)
     for flag, v, lo in (("--population", args.population, 2), ("--generations", args.generations, 0),
@@ -931,7 +333,7 @@ def cmd_attack_optimise(args: argparse.Namespace) -> int:
     if out.exists():
         raise ValueError(f"--out {out}: exists; attack artefacts are never overwritten (choose a new file)")
     cat = _catalogue(args.path)
-    episodes = _load_episodes(Path(args.dev), cat)
+    episodes = load_episodes(Path(args.dev), cat)
     for e in episodes:
         if e.split.startswith("test"):
             raise ValueError(f"--dev {args.dev}: episode {e.episode_id} is from split {e.split!r}; the optimiser "
@@ -969,8 +371,9 @@ def cmd_attack_optimise(args: argparse.Namespace) -> int:
 
 # -- organism --------------------------------------------------------------------------------------------------------
 PROFILE_N_TRAIN = {"quick": 320, "full": 960}
-"""Spec §2.10's sizes. The E164 organism experiments train the spec's quick organism (320) at their ``full`` profile
-(their ``quick`` only plans), so ``--profile quick`` here trains the adapter those runs use."""
+"""SFT examples per profile [R]. The E164 organism experiments train the quick
+organism (320) at their ``full`` profile (their ``quick`` only plans), so ``--profile quick`` here trains the adapter
+those runs use."""
 
 
 def organism_recipe(args: argparse.Namespace) -> Any:
@@ -994,6 +397,7 @@ def organism_recipe(args: argparse.Namespace) -> Any:
 def cmd_organism_train(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.organism.cache import default_root, obtain_organism
     from agentmill.methods.constraint_rot.organism.train import OrganismCard
+    from agentmill.methods.constraint_rot.specs import load_organism_base
 
     if args.max_length < 1:
         raise ValueError(f"--max-length must be >= 1, got {args.max_length}")
@@ -1024,26 +428,10 @@ def cmd_organism_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def gate_table(report: Any) -> list[str]:
-    """The G1–G6 table of a :class:`ValidationReport`: k/n, rate, Wilson 95 % CI, pre-registered threshold, pass."""
-    ops = {"le": "<=", "ge": ">=", "lt": "<", "gt": ">"}
-    lines = [f"{'gate':<17} {'k/n':>9} {'rate':>7} {'Wilson 95% CI':>17} {'threshold':>10}  pass  metric"]
-    for g in report.gates:
-        lo, hi = g.ci
-        lines.append(f"{g.id:<17} {f'{g.k}/{g.n}':>9} {g.value:>7.1%} {f'[{lo:.1%}, {hi:.1%}]':>17} "
-                     f"{ops.get(g.direction, g.direction) + f' {g.threshold:.0%}':>10}  "
-                     f"{'PASS' if g.passed else 'FAIL':<4}  {g.metric}")
-    return lines
-
-
-def paired_line(label: str, p: Any) -> str:
-    """One line of a :class:`~agentmill.methods.constraint_rot.organism.validate.Paired`."""
-    return (f"{label}: obeys only with the rule {p.obeys_only_with_rule}, violates only with it "
-            f"{p.violates_only_with_rule} (of {p.n_pairs} pairs; exact sign test p = {p.p_value:.3g})")
-
-
 def cmd_organism_validate(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.organism.validate import validate_organism
+    from agentmill.methods.constraint_rot.analysis import gate_table, paired_line
+    from agentmill.methods.constraint_rot.specs import organism_actor, organism_dir
 
     adapter = organism_dir(args.dir, f"organism validate {args.dir}")
     if args.n_per_cell < 1:
@@ -1080,18 +468,11 @@ def cmd_organism_validate(args: argparse.Namespace) -> int:
 
 
 # -- report ----------------------------------------------------------------------------------------------------------
-def withheld(table: Any) -> list[str]:
-    """Strata whose decay figure is withheld because the precondition is not met (exit code 3)."""
-    out = [f"D {c.stratum}: {c.precondition.reason}" for c in table.contrasts
-           if c.name == "D" and c.precondition is not None and not c.precondition.met]
-    out += [f"soft/hard {x.stratum}: {x.precondition.reason}" for x in table.soft_hard if not x.precondition.met]
-    return out
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from agentmill.core.records import write_text_atomic
     from agentmill.methods.constraint_rot.metrics import load_rows, summarise
     from agentmill.methods.constraint_rot.prereg import load_prereg
+    from agentmill.methods.constraint_rot.analysis import withheld
 
     rows: list[dict[str, Any]] = []
     for r in args.results:

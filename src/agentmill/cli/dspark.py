@@ -1,4 +1,4 @@
-"""``agentmill dspark``: build, train, calibrate and export the DSpark drafter (dspark spec §6.5).
+"""``agentmill dspark``: build, train, calibrate and export the DSpark drafter (docs/methods/dspark.md).
 
     agentmill dspark train [--model smollm2|tiny] [--steps 1200] [--prompts 480] [--markov-rank 64]
                            [--draft-vocab 8192|full] [--out CKPT]

@@ -1,11 +1,11 @@
-"""``agentmill envs``: generate TextWorld games and collect rollout groups (agent-credit spec §6.7).
+"""``agentmill envs``: generate TextWorld games and collect rollout groups (docs/methods/g2po.md).
 
     agentmill envs textworld-games --n 6 --seed 1000 [--world-size 3 --nb-objects 6 --quest-length 3] --out DIR
     agentmill envs rollout --env keydoor-v0|keydoor-unique-v0|textworld:DIR --policy random|table:PATH|lm:SPEC
                            [--groups 20 --n 8 --seed 0 --max-steps N] --out rollouts.jsonl
 
 A thin face over ``agentmill.envs`` (``make_games``, ``make``, ``GamePool``, ``collect_groups``): parsing, calls,
-a progress bar and a one-line summary. The rollout file is the spec's ``agentmill.rollout/1`` JSONL (one line per
+a progress bar and a one-line summary. The rollout file is ``agentmill.rollout/1`` JSONL (``core.types``) (one line per
 trajectory, oracle labels under ``label``). Groups are appended to ``<out>.partial`` as they complete (flushed and
 fsynced) and the file is renamed to ``<out>`` at the end, so ``<out>`` is always complete; after a Ctrl-C the
 completed groups stay in ``<out>.partial``.
@@ -21,7 +21,7 @@ whitespace-normalised observation (a string) — ``envs.policies.fields_or_obs_k
 
 ``lm:SPEC`` is ``agentmill.lm.policy.CandidatePolicy`` over the white-box model SPEC (``hf:smollm2``,
 ``tiny:DIR``, ``scripted:whitebox``) with its default command prompt and temperature 1: the LM chooses among the
-admissible commands, π(a|s) = softmax of the candidates' summed log-probs (spec §6.3).
+admissible commands, π(a|s) = softmax of the candidates' summed log-probs.
 """
 
 from __future__ import annotations
@@ -140,10 +140,10 @@ def make_policy(spec: str) -> Any:
         return load_table_policy(arg)
     if kind == "lm" and arg:
         try:
-            from agentmill.lm.policy import CandidatePolicy  # spec §6.3; built by the lm layer's owner
+            from agentmill.lm.policy import CandidatePolicy  # built by the lm layer's owner
         except ImportError:
             raise ValueError(f"--policy {spec}: LM policies need agentmill.lm.policy.CandidatePolicy (an LM choosing "
-                             "among the admissible commands, spec §6.3), which is not available yet; use random or "
+                             "among the admissible commands), which is not available yet; use random or "
                              "table:PATH") from None
         from agentmill.lm import load_lm
 
@@ -162,7 +162,7 @@ def env_tasks(env: str, groups: int, seed: int, max_steps: int | None, calibrate
         from agentmill.envs.keydoor import KeyDoorConfig, layouts
 
         cfg = KeyDoorConfig() if max_steps is None else KeyDoorConfig(max_steps=max_steps)
-        # one calibrated layout per group (random-policy success in [0.05, 0.5] under this config, spec §6.2),
+        # one calibrated layout per group (random-policy success in [0.05, 0.5] under this config [R]),
         # from seeds seed, seed+1, ...
         try:
             tasks = layouts(groups, seed, calibrate=(0.05, 0.5) if calibrate else None, config=cfg)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ROLLOUT_FIELDS = ("group_id", "traj_id", "success", "end", "steps")
-"""Trajectory fields every ``agentmill.rollout/1`` line needs to become StepTable rows (spec §6.7)."""
+"""Trajectory fields every ``agentmill.rollout/1`` line needs to become StepTable rows (``core.types``)."""
 STEP_FIELDS = ("t", "obs", "action", "reward")
 """Fields every step of a rollout line needs."""
 

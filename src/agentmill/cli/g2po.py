@@ -1,4 +1,4 @@
-"""``agentmill g2po``: step advantages and state graphs of rollout groups (E165; agent-credit spec §6.7).
+"""``agentmill g2po``: step advantages and state graphs of rollout groups (E165; docs/methods/g2po.md).
 
     agentmill g2po advantages --in rollouts.jsonl --estimator grpo|gigpo|g2po
                               [--key exact|hash|fields:description,inventory|scrub:REGEX|scrub:unique|similar:0.95]
@@ -29,7 +29,7 @@ from agentmill.core.records import write_jsonl_atomic, write_text_atomic
 ADVANTAGES_SCHEMA = "agentmill.advantages/1"
 ESTIMATORS = ("grpo", "gigpo", "g2po")
 DEFAULT_KEY = "fields:description,inventory"
-"""spec §2.6: ``FieldsKey(("description", "inventory"))`` is the default for TextWorld and KeyDoor."""
+"""[R] ``FieldsKey(("description", "inventory"))`` is the default for TextWorld and KeyDoor."""
 
 
 def _parse_value(field: dataclasses.Field, text: str) -> Any:
@@ -115,7 +115,7 @@ def cmd_advantages(args: argparse.Namespace) -> int:
             res = _with_warnings(gigpo_advantages, table, key_fn, cfg)
         else:
             res = _with_warnings(g2po_advantages, table, key_fn, cfg)
-        # the graph facts predict whether G2PO can differ from GRPO (spec §2.6): report them for every estimator
+        # the graph facts predict whether G2PO can differ from GRPO [R]: report them for every estimator
         graph = None if args.estimator == "g2po" else build_state_graph(
             table, key_fn, gamma=getattr(cfg, "gamma", 0.95)).diagnostics()
     except KeyError as exc:  # e.g. FieldsKey naming a field the rollouts' info lacks (the message names the row)

@@ -1,4 +1,5 @@
-"""``agentmill maze``: exact hitting times and training runs on the path-star maze (E163; spec rl-rollouts §6.10).
+"""``agentmill maze``: exact hitting times and training runs on the path-star maze (E163;
+docs/methods/backtrack_maze.md).
 
     agentmill maze solve --W 4 --K 6 --L 2 --policy base|sft|optimal [--mc 20000] [--seed 0]
     agentmill maze train --method sft|rlvr-exact|rlvr|distill|distill-stripped --W 4 --K 5 --L 2 [--seed 0]

@@ -1,4 +1,4 @@
-"""``agentmill progress``: the free progress-advantage grader (E173; agent-credit spec §6.7).
+"""``agentmill progress``: the free progress-advantage grader (E173; docs/methods/progress_advantage.md).
 
     agentmill progress score --in rollouts.jsonl --policy SPEC --reference SPEC
                              [--beta 1 --token-agg sum --step-agg sum --action-space free_text] --out scores.json
@@ -18,7 +18,7 @@ atomically, holding the pair's identity — model specs, tokenizer fingerprints,
 action space, renderer — and per-trajectory step scores keyed by (group_id, traj_id)). The analysis commands join
 that file with the rollouts it was computed from (success, return, oracle progress labels) and refuse a file whose
 trajectories or step counts do not match. Every AUROC carries a 95 % bootstrap CI; step-error AUROC resamples whole
-trajectories (§5 pitfall 14).
+trajectories (progress_advantage README deviation 7).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def cmd_bon(args: argparse.Namespace) -> int:
     joined = load_joined(args.inp, args.rollouts)
     by_group: dict[str, list[float]] = {}
     succ: dict[str, list[bool]] = {}
-    # the N candidates of one task are one group (N rollouts of the same task; spec §2.1)
+    # the N candidates of one task are one group (N rollouts of the same task)
     for t, score in zip(joined["trajectories"], _traj_scores(joined, how)):
         by_group.setdefault(t["key"][0], []).append(score)
         succ.setdefault(t["key"][0], []).append(t["success"])
@@ -276,7 +276,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
             print(f"agentmill: warning: {w.message}", file=sys.stderr)
         report["with_known_decisive_step"] = {
             "n": m.n, "accuracy": m.accuracy, "mae_steps": m.mae, "fallback_rate": m.fallback_rate,
-            # §5 pitfall 15: fallbacks pick the first step, which looks like skill when errors come early
+            # README caveats: fallbacks pick the first step, which looks like skill when errors come early
             "first_step_baseline_accuracy": float(np.mean([p["true_step"] == 0 for _, p in known])),
             "random_step_baseline_accuracy": float(np.mean([1.0 / len(t["A"]) for t, _ in known]))}
     else:

@@ -40,8 +40,10 @@ def load_engine(spec: str, dtype: str, threads: int, max_model_len: int, tap_lay
         from agentmill.lm.hf import load
 
         lm = load(spec[3:])
-        return LlamaEngine.from_hf_model(lm.model, ecfg, tokenizer=lm.tokenizer), spec[3:]
-    raise ValueError(f"serve: unknown model {spec!r}; use hf:smollm2 (default), hf:<llama folder or gguf> or tiny")
+        return LlamaEngine.from_hf_model(lm.model, ecfg, tokenizer=lm.tokenizer,
+                                         fingerprint=str(lm.info.get("gguf_sha256") or "")[:16]), spec[3:]
+    raise ValueError(f"serve: unknown model {spec!r}; use hf:smollm2 (default), hf:qwen-coder-0.5b, "
+                     "hf:<Llama or Qwen2 folder or gguf> or tiny")
 
 
 POLICIES = ("off", "fixed:K", "threshold:T", "dsd", "dspark", "dspark-async[:S]", "ngram:K")
@@ -226,7 +228,9 @@ def register(sub) -> None:
                                     "by default for the embedded SmolLM2).",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("--model", default="hf:smollm2", help="hf:smollm2 (default, the embedded SmolLM2-135M-Instruct), "
-                                                          "hf:<llama folder/gguf>, or tiny (a small test model)")
+                                                          "hf:qwen-coder-0.5b (Qwen2.5-Coder-0.5B-Instruct, "
+                                                          "plain decoding), hf:<Llama or Qwen2 folder/gguf>, or "
+                                                          "tiny (a small test model)")
     sp.add_argument("--served-model-name", default=None,
                     help="model name that /v1/models lists and responses carry; requests naming another model get "
                          "404 (default: from --model, e.g. smollm2-135m)")

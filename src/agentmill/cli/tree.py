@@ -1,5 +1,5 @@
 """``agentmill collapse`` and ``agentmill tree``: collapse tables, rollout-log reports, and tree sampling (E162;
-spec rl-rollouts §6.10).
+docs/methods/tree_rollouts.md).
 
     agentmill collapse table [--G 2,4,8,16,32] [--p 0.01,0.05,0.1,0.3] [--delta 0.5]
     agentmill collapse report ROLLOUTS.jsonl [--group-key prompt_id] [--reward-key reward] [--G 2,4,8,16]

@@ -1,4 +1,4 @@
-"""Exact solvers for small tabular MDPs, plain and KL-regularised (agent-credit spec §2.7, §2.9).
+"""Exact solvers for small tabular MDPs, plain and KL-regularised (arXiv:2606.26080 for the identity; [D]).
 
 These are the ground truth that E165/E173 estimators are judged against: exact V^π for G2PO's node values, and
 the soft-optimal Q*, V*, π* for the progress-advantage identity β·log(π*/π_ref) = A* **[P]** (E173, arXiv
@@ -13,8 +13,8 @@ Conventions (shared by every function here):
   Its Q and advantage are 0 on valid actions, and soft solvers return π = π_ref there (A* = 0).
 - Q and advantages are ``NaN`` on invalid actions, so an accidental use of them poisons the result instead of
   silently contributing a number.
-- KL-regularised objective (spec §2.7): J(π) = E[Σ_t γ^t (r_t − β·KL(π(·|s_t) ‖ π_ref(·|s_t)))], the KL taken over
-  A(s). π_ref must be > 0 on every valid action of a non-absorbing state (otherwise log π_ref is undefined there).
+- KL-regularised objective (arXiv:2606.26080): J(π) = E[Σ_t γ^t (r_t − β·KL(π(·|s_t) ‖ π_ref(·|s_t)))], the KL taken
+  over A(s). π_ref must be > 0 on every valid action of a non-absorbing state (otherwise log π_ref is undefined there).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def policy_evaluation(mdp: TabularMDP, pi: np.ndarray) -> tuple[np.ndarray, np.n
 
 def soft_policy_evaluation(mdp: TabularMDP, pi: np.ndarray, pi_ref: np.ndarray,
                            beta: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact KL-regularised (Q^π, V^π): V(s) = Σ_a π(a|s)[Q(s,a) − β·log(π(a|s)/π_ref(a|s))] (spec §2.9).
+    """Exact KL-regularised (Q^π, V^π): V(s) = Σ_a π(a|s)[Q(s,a) − β·log(π(a|s)/π_ref(a|s))] [D].
 
     Q(s,a) = R(s,a) + γ Σ P V is the soft Q: the KL penalty starts at the next state, so that the one-step identity
     V = Σ π (Q − β log π/π_ref) holds. Shapes: Q (S, A) (NaN on invalid), V (S,).
@@ -251,7 +251,7 @@ def _soft_greedy(mdp: TabularMDP, Q: np.ndarray, V: np.ndarray, ref: np.ndarray,
 
 def soft_value_iteration(mdp: TabularMDP, pi_ref: np.ndarray, beta: float, *, tol: float = 1e-13,
                          max_iter: int = 100_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Soft-optimal (Q*, V*, π*) by iterating the soft Bellman operator (spec §2.7):
+    """Soft-optimal (Q*, V*, π*) by iterating the soft Bellman operator [D]:
 
         Q(s,a) = r(s,a) + γ Σ_s' P(s'|s,a) V(s'),   V(s) = β log Σ_a π_ref(a|s) exp(Q(s,a)/β).
 
@@ -341,7 +341,7 @@ def log_ratio_advantage(pi: np.ndarray, pi_ref: np.ndarray, beta: float,
                         valid: np.ndarray | None = None) -> np.ndarray:
     """β·log(π(a|s)/π_ref(a|s)) on (S, A); NaN where the action is invalid or either probability is 0.
 
-    At the KL-regularised optimum this *is* A*(s, a) (spec §2.7). Shapes: (S, A) in, (S, A) out.
+    At the KL-regularised optimum this *is* A*(s, a) (arXiv:2606.26080 [A]). Shapes: (S, A) in, (S, A) out.
     """
     beta = _check_beta(beta)
     p = np.asarray(pi, dtype=np.float64)
@@ -368,7 +368,7 @@ def soft_advantage(Q: np.ndarray, V: np.ndarray) -> np.ndarray:
 def random_mdp(n_states: int = 20, n_actions: int = 4, gamma: float = 0.9, alpha: float = 0.5,
                deterministic: bool = False, seed: int = 0, *, n_absorbing: int = 0,
                p_invalid: float = 0.0) -> tuple[TabularMDP, np.ndarray]:
-    """A random MDP and reference policy (spec §2.9): P[s,a] ~ Dirichlet(α·1) (or one-hot on a uniform next
+    """A random MDP and reference policy [R]: P[s,a] ~ Dirichlet(α·1) (or one-hot on a uniform next
     state when ``deterministic``), R ~ N(0, 1), π_ref[s] ~ Dirichlet(1) over A(s).
 
     ``n_absorbing`` last states are absorbing; ``p_invalid`` masks each action with that probability (one action
@@ -408,7 +408,7 @@ def random_mdp(n_states: int = 20, n_actions: int = 4, gamma: float = 0.9, alpha
 @dataclass(frozen=True, eq=False)
 class TokenMDP:
     """An environment MDP whose actions are strings of ``action_len`` tokens from a ``vocab``-token alphabet, with
-    an autoregressive reference policy over tokens (spec §2.9 ``random_token_mdp``; claim P-3).
+    an autoregressive reference policy over tokens (claim P-3).
 
     Inside an action, token transitions are deterministic, carry no reward and are not discounted; the reward and
     the environment transition apply after the last token. Prefixes are numbered as trie nodes: the prefix
@@ -459,7 +459,7 @@ class TokenMDP:
 
     def token_log_ratios(self, pi_tokens: np.ndarray, beta: float) -> np.ndarray:
         """(S, A, L): β·log(π(y_j|s, y_<j)/π_ref(y_j|s, y_<j)) along every action, for a token policy
-        ``pi_tokens`` of shape (S, n_nodes, vocab). Their sum over j is the action's log-ratio score (spec §2.7,
+        ``pi_tokens`` of shape (S, n_nodes, vocab). Their sum over j is the action's log-ratio score ([D],
         "Token granularity")."""
         beta = _check_beta(beta)
         toks, nodes = self.action_tokens, self._action_nodes()
@@ -531,7 +531,7 @@ def random_token_mdp(n_states: int = 10, vocab: int = 3, action_len: int = 3, ga
                      alpha: float = 0.5, deterministic: bool = False, seed: int = 0, *,
                      n_absorbing: int = 0) -> TokenMDP:
     """A random :class:`TokenMDP`: environment as in :func:`random_mdp` over vocab**action_len actions (all
-    valid), and an autoregressive π_ref(y | s, prefix) ~ Dirichlet(1) at every (state, prefix) (spec §2.9)."""
+    valid), and an autoregressive π_ref(y | s, prefix) ~ Dirichlet(1) at every (state, prefix) [R]."""
     if vocab < 2 or action_len < 1:
         raise ValueError("need vocab >= 2 and action_len >= 1")
     env, _ = random_mdp(n_states, vocab ** action_len, gamma=gamma, alpha=alpha, deterministic=deterministic,

@@ -4,8 +4,8 @@ They are frozen dataclasses with ``to_dict``/``from_dict`` so that every layer (
 can pass them around and write them to JSON without knowing about each other.
 
 ``StepTable``/``LabelTable``/``AdvantageResult`` are the column-wise step tables of the credit-assignment methods
-(spec agent-credit.md §2.1): one row per environment step, numpy columns, round-tripping through the rollout JSONL
-schema ``agentmill.rollout/1`` (§6.7).
+(docs/methods/g2po.md): one row per environment step, numpy columns, round-tripping through the rollout JSONL
+schema ``agentmill.rollout/1``.
 """
 
 from __future__ import annotations
@@ -118,14 +118,14 @@ class Group:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Step-level tables for credit assignment (spec agent-credit.md §2.1, §6.7).
+# Step-level tables for credit assignment (E165, E173).
 #
 # A trajectory group is stored column-wise: one row per environment step, S rows in all. Estimators (GRPO, GiGPO,
 # G2PO, progress advantage) work on whole columns with numpy, so the table is columnar rather than a list of Steps.
 # ---------------------------------------------------------------------------------------------------------------
 
 ROLLOUT_SCHEMA = "agentmill.rollout/1"
-"""Value of the ``schema`` field of every rollout JSONL line (spec §6.7)."""
+"""Value of the ``schema`` field of every rollout JSONL line [R]."""
 
 END_CONTINUES, END_TERMINATED, END_TRUNCATED = 0, 1, 2
 """Codes of ``StepTable.end``: the episode continues after the row, terminated after it, or was truncated after it."""
@@ -133,7 +133,7 @@ _END_NAMES = {END_TERMINATED: "terminated", END_TRUNCATED: "truncated"}
 _END_CODES = {"terminated": END_TERMINATED, "truncated": END_TRUNCATED}
 
 DEAD_END_DISTANCE = 1_000_000
-"""Sentinel distance-to-goal of a state from which the goal is unreachable (spec §2.1 "a large sentinel").
+"""Sentinel distance-to-goal of a state from which the goal is unreachable [R].
 Unknown distances are -1."""
 
 _STR_COLS = ("group_id", "traj_id")
@@ -162,7 +162,7 @@ def _json_default(x: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class StepTable:
-    """S environment steps of one or more trajectory groups, column-wise (spec §2.1).
+    """S environment steps of one or more trajectory groups, column-wise.
 
     Row order: the rows of one trajectory are contiguous with ``t = 0, 1, ..., T_i - 1``, and the trajectories of
     one group are contiguous. Groups and trajectories may come in any order (a collector writes them as they
@@ -391,15 +391,15 @@ class StepTable:
                 cols["success"].append(bool(success))
         return cls(**cols)
 
-    # -- JSONL (spec §6.7 "Rollout JSONL": one line per trajectory) ---------------------------------------------
+    # -- JSONL (one line per trajectory) ------------------------------------------------------------------------
     def to_records(self, labels: LabelTable | None = None,
                    traj_fields: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
         """One ``agentmill.rollout/1`` record per trajectory.
 
         ``traj_fields[(group_id, traj_id)]`` supplies the trajectory-level fields the table does not hold
-        (``task_id``, ``env``, ``seed``, ``meta``, ...). Two fields extend the spec's schema so that the table
-        round-trips exactly: ``final_obs``/``final_info`` (o_T, which no step row holds), and a per-step
-        ``next_obs``/``next_info`` written only where it differs from the following step's ``obs``/``info``.
+        (``task_id``, ``env``, ``seed``, ``meta``, ...). Two fields extend the planned schema (g2po README deviation 6)
+        so that the table round-trips exactly: ``final_obs``/``final_info`` (o_T, which no step row holds), and a
+        per-step ``next_obs``/``next_info`` written only where it differs from the following step's ``obs``/``info``.
         """
         if labels is not None and len(labels) != len(self):
             raise ValueError(f"to_records: LabelTable has {len(labels)} rows, StepTable {len(self)}")
@@ -502,7 +502,7 @@ _ALL_COLS = ("group_id", "traj_id", "t", "obs", "next_obs", "action", "reward", 
 
 @dataclass(frozen=True, eq=False)
 class LabelTable:
-    """Oracle labels, one row per StepTable row in the same order (spec §2.1). Estimators never receive it.
+    """Oracle labels, one row per StepTable row in the same order. Estimators never receive it.
 
     - ``dist_before``, ``dist_after``: int64 distance-to-goal before/after the step; -1 unknown;
       ``DEAD_END_DISTANCE`` when the goal is unreachable.
@@ -565,7 +565,7 @@ class LabelTable:
 
 
 class AdvantageResult(NamedTuple):
-    """What every step-level estimator returns (spec §2.1). Arrays are float64, shape (S,), in table row order.
+    """What every step-level estimator returns. Arrays are float64, shape (S,), in table row order.
 
     ``advantages`` is what the policy gradient uses; ``episode`` and ``step`` are its two terms (the episode-level
     GRPO term and the estimator's step/graph term, 0 where unused); ``returns`` is the discounted return-to-go

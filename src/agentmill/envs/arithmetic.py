@@ -1,4 +1,4 @@
-"""Self-generated arithmetic prompts with an exact verifier (spec rl-rollouts §6.9).
+"""Self-generated arithmetic prompts with an exact verifier ([R]; docs/methods/tree_rollouts.md).
 
 Seven difficulty levels give a prompt pool whose pass rates under a small model span "always" to "never", which
 is what the collapse law needs. The verifier reads the first ``Answer: <int>`` in the first 2 000 characters with
@@ -18,11 +18,11 @@ from agentmill.core.types import Message
 
 LEVELS = (1, 2, 3, 4, 5, 6, 7)
 INSTRUCTION = "Solve step by step, then write 'Answer: <number>'."
-MAX_SCAN_CHARS = 2000  # spec §6.9: the verifier only reads the first 2 000 characters
+MAX_SCAN_CHARS = 2000  # [R] the verifier only reads the first 2 000 characters
 _ANSWER = re.compile(r"Answer:\s*(-?\d{1,12})")
 _QUESTION = re.compile(r"What is (\d{1,3}(?: [+*] \d{1,3}){1,4})\?")
 STOP_REGEX = r"Answer:\s*-?\d+\s*\n"
-"""Generation may stop once an answer line is complete (spec §6.9: a newline after the answer digits)."""
+"""Generation may stop once an answer line is complete ([R]: a newline after the answer digits)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class ArithmeticTask:
     @classmethod
     def from_prompt(cls, text: str, prompt_id: str = "from-prompt") -> ArithmeticTask:
         """Recover the task from the last question in a prompt, so the task is self-verifying inside a trainer
-        that passes only prompts (spec §6.9). Works on the chat message, the few-shot text, and either after a
+        that passes only prompts [R]. Works on the chat message, the few-shot text, and either after a
         chat template has wrapped it (trailing ``<|im_end|>``/assistant markers are ignored)."""
         matches = list(_QUESTION.finditer(text))
         if not matches:

@@ -1,4 +1,4 @@
-"""The text-environment protocol and the environment registry (agent-credit spec §6.2).
+"""The text-environment protocol and the environment registry [R].
 
 Every agentmill text world speaks the Gymnasium 1.x calling convention with strings for observations and actions:
 
@@ -8,7 +8,7 @@ Every agentmill text world speaks the Gymnasium 1.x calling convention with stri
 so that a policy, a rollout collector or an RL framework adapter never needs to know which world it is playing.
 ``info`` always carries the keys of :data:`REQUIRED_INFO_KEYS`; privileged state (the distance to the goal, the
 true state id) lives only under ``info["oracle"]``, which the rollout collector moves into a ``LabelTable`` before
-anything an estimator can see is built (spec §2.6: "keys never see info['oracle']").
+anything an estimator can see is built (keys must never see privileged labels: that would leak the true state [R]).
 
 The registry holds explicit names only (house rule 11): ``make("keydoor-v0")``. Entries are import paths resolved
 on first use, so ``import agentmill.envs`` never imports an optional dependency such as ``textworld``.
@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 ORACLE_KEY = "oracle"
-"""The info namespace for privileged labels (spec §6.2); never visible to state keys or estimators."""
+"""The info namespace for privileged labels [R]; never visible to state keys or estimators."""
 
 REQUIRED_INFO_KEYS = ("admissible_commands", "won", "lost", "task_id", "step", "invalid_action", "feedback",
                       ORACLE_KEY)
-"""Keys every environment's ``info`` carries after ``reset`` and every ``step`` (spec §6.2)."""
+"""Keys every environment's ``info`` carries after ``reset`` and every ``step`` [R]."""
 
 ORACLE_KEYS = ("distance_to_goal", "state_id", "dead_end", "plan_commands")
 """Keys of ``info["oracle"]``: ``distance_to_goal`` (int, ``DEAD_END_DISTANCE`` for a dead end, ``None`` when
@@ -36,7 +36,7 @@ the env's winning plan from here — every shortest plan's first move in KeyDoor
 
 @runtime_checkable
 class TextEnv(Protocol):
-    """A text environment with the Gymnasium 1.x five-tuple ``step`` (spec §6.2)."""
+    """A text environment with the Gymnasium 1.x five-tuple ``step``."""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         """Start an episode; ``seed`` seeds the environment's own randomness (slips, ids), not the task."""
@@ -58,7 +58,7 @@ def check_info(info: Mapping[str, Any]) -> None:
     """
     missing = [k for k in REQUIRED_INFO_KEYS if k not in info]
     if missing:
-        raise ValueError(f"env info is missing required keys {missing} (spec §6.2)")
+        raise ValueError(f"env info is missing required keys {missing}")
     cmds = info["admissible_commands"]
     if not isinstance(cmds, list) or not all(isinstance(c, str) for c in cmds):
         raise ValueError("info['admissible_commands'] must be a list of str")

@@ -1,11 +1,12 @@
-"""KeyDoor: a fast, branching text world with repeated states and an exact tabular model (agent-credit spec §6.2).
+"""KeyDoor: a fast, branching text world with repeated states and an exact tabular model (E165/E173;
+docs/methods/g2po.md).
 
 Why it exists: G2PO (E165) only differs from GRPO when observations repeat across a group's rollouts, and its
 claims are judged against exact values and oracle distances. TextWorld repeats states too but runs ~100 steps/s
 and has no exportable model; KeyDoor runs at thousands of steps/s and exports its whole MDP (:meth:`to_tabular`)
 for the exact solvers of ``core.tabular_mdp``.
 
-The world **[R]** (the spec fixes the ingredients, the details here are this project's choices):
+The world **[R]** (the ingredients were planned up front, the details here are this project's choices):
 
 - Rooms sit on grid cells; a random spanning tree of grid-adjacent cells plus ``n_loops`` extra edges (loops, so
   the same room is reached along different paths) gives the exits ``north/south/east/west``.
@@ -58,7 +59,7 @@ CARRIED, GONE, USED = -1, -2, -3
 
 @dataclass(frozen=True)
 class KeyDoorConfig:
-    """Size, dynamics and reward of a KeyDoor world (defaults from spec §6.2)."""
+    """Size, dynamics and reward of a KeyDoor world (defaults are [R] unless marked)."""
 
     n_rooms: int = 6
     """Number of rooms (2..20)."""
@@ -76,13 +77,13 @@ class KeyDoorConfig:
     """Prefix the observation with a feedback line ("You go north."), which ``info['description']`` omits."""
     invalid_penalty: float = 0.1
     """Reward subtracted for a non-admissible string: GiGPO's ``invalid_action_penalty_coef`` (verl-agent launch
-    scripts, spec §2.3)."""
+    scripts [C])."""
     step_penalty: float = 0.0
     """Reward subtracted on every step."""
     droppable: bool = True
     """Offer ``drop <obj>``. With ``False`` (and ``trap=False``) every object is either where it started or
     carried, so (description, inventory) is a bijection with the true state: the fully observable setting of
-    experiment G-1. [R] (the spec's "no droppable items")."""
+    experiment G-1. [R] (G-1's "no droppable items")."""
     n_loops: int = 2
     """Extra grid edges beyond the spanning tree (when the grid has room for them). [R]: loops create repeated
     states reached along different paths, which is what G2PO merges."""
@@ -720,7 +721,7 @@ def layouts(n: int, seed: int = 0, calibrate: tuple[float, float] | None = (0.05
             config: KeyDoorConfig = KeyDoorConfig(), *, episodes: int = 64,
             max_candidates: int | None = None) -> list[KeyDoorLayout]:
     """``n`` layouts from consecutive seeds ``seed, seed+1, ...``, keeping those whose random-policy success over
-    ``episodes`` episodes lies in ``calibrate`` (inclusive), so that a learning signal exists (spec §6.2).
+    ``episodes`` episodes lies in ``calibrate`` (inclusive), so that a learning signal exists [R].
 
     ``calibrate=None`` keeps every layout. Raises ``RuntimeError`` after ``max_candidates`` seeds (default 50·n).
     """

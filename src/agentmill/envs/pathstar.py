@@ -1,4 +1,5 @@
-"""The multigraph path-star maze: chain-of-thought as path finding (spec rl-rollouts §2.9, E163 arXiv:2606.22938).
+"""The multigraph path-star maze: chain-of-thought as path finding (E163 arXiv:2606.22938; details [R],
+docs/methods/backtrack_maze.md).
 
 A hub and ``W`` arms of ``K`` nodes each. At arm node ``(w, j)`` with ``1 <= j < K`` there are ``L`` parallel
 forward edges to ``(w, j+1)`` and one back edge to ``(w, j-1)`` (to the hub when ``j = 1``). The goal arm ``g`` is
@@ -69,7 +70,7 @@ class PathStarMultigraph:
     # ---- constants --------------------------------------------------------------------------------------------
     @property
     def optimal_steps(self) -> int:
-        """T* = K(2W-1): forward-only on the goal arm, back out at once from each dead end (spec §2.9)."""
+        """T* = K(2W-1): forward-only on the goal arm, back out at once from each dead end [D]."""
         return self.K * (2 * self.W - 1)
 
     def golden_path(self, goal: int, edges: np.ndarray | list[int]) -> list[tuple[Observation, int]]:

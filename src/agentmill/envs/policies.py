@@ -1,4 +1,4 @@
-"""Small trainable softmax policies over admissible commands, and the shared policy-gradient step (spec §6.2).
+"""Small trainable softmax policies over admissible commands, and the shared policy-gradient step [R].
 
 Both policies score each candidate command b at a state s with a linear logit z(s, b) = θ·φ(s, b) and act with
 π(b|s) = softmax_b z(s, b) over the admissible set, so one update rule serves both:
@@ -6,7 +6,8 @@ Both policies score each candidate command b at a state s with a linear logit z(
     ∇_θ log π(a|s) = φ(s, a) − Σ_b π(b|s) φ(s, b)
 
 :func:`pg_step` applies θ += lr · mean_rows(A_row · ∇ log π(a_row|s_row)) with every gradient taken at the current θ
-(a batch update, as verl/TRL do per mini-batch), optionally with the exact KL-to-reference gradient (E173 §2.7).
+(a batch update, as verl/TRL do per mini-batch), optionally with the exact KL-to-reference gradient (the E173 objective,
+arXiv:2606.26080).
 
 - :class:`SoftmaxTablePolicy`: one logit per (task, state key, command), default 0 — tabular, fast, exact credit
   for experiments G-5/G-6 on KeyDoor and G-7 on TextWorld.
@@ -93,7 +94,7 @@ class SoftmaxTablePolicy(_SoftmaxPolicy):
     """π(a|s) = softmax over the admissible set of logits[(task_id, key_fn(obs, info), a)], default 0.
 
     The task id (``info["task_id"]``) is part of the key so that two tasks sharing a description ("-= Kitchen =-")
-    do not share logits (spec §7: G-7 keys TextWorld by (game, description, inventory)).
+    do not share logits (G-7 keys TextWorld by (game, description, inventory) [R]).
     """
 
     def __init__(self, key_fn: StateKey | None = None) -> None:
@@ -125,7 +126,7 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 
 class LinearSoftmaxPolicy(_SoftmaxPolicy):
-    """Logit z(s, b) = θ·φ(s, b) with hashed features φ (spec §6.2):
+    """Logit z(s, b) = θ·φ(s, b) with hashed features φ [R]:
 
     - one feature per (observation token, command token) pair, value 1/√(#distinct observation tokens), so the
       logit scale does not grow with the length of the room description;
@@ -190,7 +191,7 @@ def _rows(steps: StepTable) -> list[tuple[str, Mapping[str, Any], str, tuple[str
 def kl_per_step(policy: _SoftmaxPolicy, ref: _SoftmaxPolicy, steps: StepTable) -> np.ndarray:
     """KL_t = KL(π(·|s_t) ‖ π_ref(·|s_t)), exact over each row's candidate set, shape (S,).
 
-    For the KL-in-reward objective (§2.7) the caller builds returns from r_t − β·KL_t before computing advantages.
+    For the KL-in-reward objective the caller builds returns from r_t − β·KL_t before computing advantages.
     """
     out = np.empty(len(steps))
     for i, (obs, info, _, cands) in enumerate(_rows(steps)):
@@ -209,18 +210,18 @@ def pg_step(policy: _SoftmaxPolicy, steps: StepTable, advantages: np.ndarray, lr
         advantages: (S,) float, one per row (e.g. ``AdvantageResult.advantages``).
         lr: step size.
         kl_coef: β. With β > 0 and the caller's returns built from r_t − β·KL_t (:func:`kl_per_step`), this is the
-            gradient of the KL-regularised objective J of §2.7, whose fixed point is π*. The direct term here
+            gradient of the KL-regularised objective J, whose fixed point is π*. The direct term here
             is the exact gradient of KL_t over the candidate set: ∂KL/∂z_b = π_b·(log π_b/π_ref,b − KL).
             A KL term in the loss alone (verl's ``use_kl_loss``) does not propagate future KL, so its fixed point
             is not π*.
         ref: the reference policy (required when ``kl_coef > 0``).
-        normalize: what the summed row gradients are divided by: ``"rows"`` (the spec's mean over rows, the
+        normalize: what the summed row gradients are divided by: ``"rows"`` (a mean over rows, the
             default), ``"trajectories"`` (the REINFORCE estimator E_τ[Σ_t A_t ∇log π], larger by the mean episode
             length) or ``"none"``. With plain SGD the choice only rescales ``lr``. Measured here (4 calibrated KeyDoor
             layouts × 8 rollouts per iteration, GRPO mean/std advantages, 60 iterations): "rows" with lr = 1 stays
             at the random ~6 % success and needs lr ≈ 100 to reach 100 % by iteration 30; "trajectories" with
-            lr = 1 climbs from 6 % to ~60 % and with lr = 3 to ~85 %. The spec's lr grid {0.1, 0.3, 1.0} therefore
-            fits "trajectories".
+            lr = 1 climbs from 6 % to ~60 % and with lr = 3 to ~85 %. The pre-registered lr grid {0.1, 0.3, 1.0} [R]
+            therefore fits "trajectories".
 
     All gradients are taken at the current parameters, then applied together. Returns diagnostics: the number of
     rows, the mean |A| and the L2 norm of the per-candidate logit gradients.

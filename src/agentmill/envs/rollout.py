@@ -1,4 +1,4 @@
-"""Collect groups of rollouts into step tables (agent-credit spec §2.1, §6.2 "Rollouts").
+"""Collect groups of rollouts into step tables (E165/E173; docs/methods/g2po.md).
 
 A group is N rollouts of one task: the unit over which GRPO, GiGPO and G2PO compare returns. ``collect_groups``
 plays them and returns
@@ -30,7 +30,7 @@ from agentmill.envs.base import ORACLE_KEY, TextEnv
 
 @runtime_checkable
 class Policy(Protocol):
-    """A policy over text actions (spec §6.2).
+    """A policy over text actions [R].
 
     ``act`` returns the chosen action and its log-probability under the policy; ``logprob`` scores any action.
     ``info`` is the env's info without the oracle unless the policy sets ``uses_oracle = True``.
@@ -128,7 +128,7 @@ def collect_groups(env_factory: Callable[[Any], TextEnv], policy: Policy, tasks:
         policy: a :class:`Policy`. It gets ``info`` without the oracle unless it sets ``uses_oracle = True``.
         tasks: anything ``env_factory`` accepts (KeyDoor layouts, game files). A task listed twice gives two
             groups with different seeds.
-        group_size: rollouts per group (N; 8 is GiGPO's setting, spec §2.4).
+        group_size: rollouts per group (N; 8 is GiGPO's setting [C]).
         max_steps: stop a rollout after this many steps (truncated) if the env has not ended it; ``None`` leaves
             it to the env's own limit.
         seed: rollout ``i`` of the ``k``-th task resets the env with ``derive_seed(seed, "env", k, i)`` and draws

@@ -1,4 +1,4 @@
-"""Real TextWorld games behind the agentmill :class:`~agentmill.envs.base.TextEnv` protocol (spec §6.2).
+"""Real TextWorld games behind the agentmill :class:`~agentmill.envs.base.TextEnv` protocol [R].
 
 TextWorld (PyPI ``textworld`` 1.7.0, MIT; github.com/microsoft/TextWorld) is the text engine ALFWorld is built on,
 and the closest offline stand-in for the papers' benchmarks: its states repeat by construction, it lists the
@@ -9,14 +9,15 @@ admissible commands, and it tracks a winning plan (``policy_commands``) that giv
 - :class:`TextWorldEnv` plays one game file with the Gymnasium 1.x five-tuple API.
 - :class:`GamePool` is a set of game files with the ``task -> env`` factory ``collect_groups`` wants.
 
-Facts about the engine this module relies on (spec §5, item 17): ``step`` returns the *cumulative* score, so the
-reward is a difference; the first observation carries an ASCII-art banner, and every observation ends with a
+Facts about the engine this module relies on (observed on textworld 1.7.0): ``step`` returns the *cumulative* score, so
+the reward is a difference; the first observation carries an ASCII-art banner, and every observation ends with a
 prompt and a status line (room, score/moves) that would make every observation unique — both are stripped;
 ``policy_commands`` is a tracked winning plan shortened by removing sub-sequences, not guaranteed shortest, and
 tracking stops after irreversible actions, so its length is an upper-bound distance and "unknown" where missing.
 
 Game files are code for a native interpreter, so only games generated locally (into the cache) or passed
-explicitly are loaded, and ``tw-make`` is always run with an argument list, never through a shell (spec §9).
+explicitly are loaded, and ``tw-make`` is always run with an argument list, never through a shell: game files count as
+code [R].
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from agentmill.core.paths import cache_root
 from agentmill.core.records import atomic_target, write_text_atomic
 
 TW_MAKE_TIMEOUT_S = 120.0
-"""Per-game generation timeout (spec §6.2)."""
+"""Per-game generation timeout [R]."""
 
 _INSTALL = "pip install textworld==1.7.0  (or: pip install 'agentmill[textworld]')"
 _PROMPT_STATUS = re.compile(r"\n\s*>[^\n]*\Z")
@@ -88,7 +89,7 @@ def game_command(action: str) -> str:
 
 
 class TextWorldEnv:
-    """One TextWorld game file as a :class:`~agentmill.envs.base.TextEnv` (spec §6.2).
+    """One TextWorld game file as a :class:`~agentmill.envs.base.TextEnv` [R].
 
     - ``reward`` = score − previous score; ``terminated`` = won or lost; ``truncated`` = ``max_steps`` steps taken
       (every call counts, including commands the game does not understand) or no admissible command left

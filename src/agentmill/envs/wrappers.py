@@ -1,8 +1,9 @@
 """Wrappers around a :class:`~agentmill.envs.base.TextEnv`: the no-repeat control, a step limit, and a Gymnasium face.
 
 - :class:`UniqueObsWrapper` makes observations unique the way API outputs are (request ids, timestamps), so no
-  state repeats across a group's rollouts. G2PO then collapses to GRPO (spec §2.4, P1): it is the AppWorld pattern
-  **[S]** and the negative control of experiments G-4/G-6. ``ScrubbedKey(UNIQUE_OBS_PATTERN)`` undoes it exactly.
+  state repeats across a group's rollouts. G2PO then collapses to GRPO (property P1, g2po README): it is the AppWorld
+  pattern **[S]** and the negative control of experiments G-4/G-6. ``ScrubbedKey(UNIQUE_OBS_PATTERN)`` undoes it
+  exactly.
 - :class:`TimeLimit` truncates an episode after a number of steps.
 - :func:`as_gymnasium` returns a real ``gymnasium.Env`` (optional extra ``gymnasium``) with ``spaces.Text``
   observation and action spaces that passes ``gymnasium.utils.env_checker.check_env``.
@@ -141,10 +142,10 @@ def make_keydoor_unique(*, p: float = 1.0, keep_initial: bool = False, seed: int
 # Gymnasium
 
 GYM_CHARSET = "".join(chr(c) for c in range(32, 127)) + "\n"
-"""Printable ASCII plus newline: gymnasium's default ``Text`` charset is alphanumeric only (spec §6.2)."""
+"""Printable ASCII plus newline: gymnasium's default ``Text`` charset is alphanumeric only."""
 
 GYM_MAX_LENGTH = 4096
-"""Longest observation or action string of the gymnasium spaces (spec §6.2)."""
+"""Longest observation or action string of the gymnasium spaces [R]."""
 
 _NOT_IN_CHARSET = re.compile(r"[^\x20-\x7e\n]")
 

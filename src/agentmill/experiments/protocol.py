@@ -58,7 +58,7 @@ class Claim:
     ``threshold <= metric <= upper``. ``judge_on="ci"`` (default) needs the whole CI on the right side;
     ``"exact"`` compares the point value only, and ``exact_why`` must say why no interval is needed (the metric is
     deterministic: "a count over a fixed battery of 54 grid points", "closed-form values"). ``ci_bound`` encodes the
-    spec's two-part rules such as "≥ 1.5 and CI > 1": the point must meet ``threshold`` and the CI's near end
+    pre-registered two-part rules such as "≥ 1.5 and CI > 1": the point must meet ``threshold`` and the CI's near end
     must lie strictly beyond ``ci_bound`` (lower end for ``>=``, upper end for ``<=``). :attr:`rule` names which of
     the three applies (module docstring).
     """

@@ -43,10 +43,10 @@ def load_candidate_lm(spec: str) -> Any:
 def build_pair(spec: str, *, temperature: float, one_shot: bool, lr: float, record: bool = False,
                memo: int = 256) -> Pair:
     """``hf:NAME`` → ``HFPair(NAME, adapter="new")``: policy = base + a fresh LoRA (B = 0, so π_θ = π_ref at the
-    start; spec §6.3 defaults r = 8, α = 16, q/v projections), reference = the same weights with the adapter off.
-    ``tiny:SPEC`` → two copies of the same tiny model (same seed, so again π_θ = π_ref at the start).
-    ``memo``: memoised states per policy (``CandidatePolicy``); a tiny KeyDoor has few distinct states, so a memo
-    that holds them all makes re-visits and re-scoring free."""
+    start; defaults r = 8, α = 16, q/v projections [R], docs/methods/progress_advantage.md), reference = the same
+    weights with the adapter off. ``tiny:SPEC`` → two copies of the same tiny model (same seed, so again π_θ = π_ref at
+    the start). ``memo``: memoised states per policy (``CandidatePolicy``); a tiny KeyDoor has few distinct states, so a
+    memo that holds them all makes re-visits and re-scoring free."""
     from agentmill.lm.policy import CandidatePolicy, LoRACandidatePolicy
 
     render = render_for(one_shot)

@@ -1,7 +1,7 @@
 """OpenAI function calling over a plain-text chat model: validate ``tools``/``tool_choice``, render the tool list
-and tool traffic into chat-template messages, and parse the model's text back into tool calls (constraint-rot
-spec §2.10, §6.4). Pure functions, no model and no HTTP, so the same agent code can talk to the local model and
-to any remote endpoint through one OpenAI-compatible server.
+and tool traffic into chat-template messages, and parse the model's text back into tool calls
+(docs/methods/constraint_rot.md). Pure functions, no model and no HTTP, so the same agent code can talk to the local
+model and to any remote endpoint through one OpenAI-compatible server.
 
 It lives in the ``lm`` layer because two faces must render byte-identical prompts: the OpenAI-compatible server
 (``agentmill.serve``, which re-exports it) and the constraint-rot model organism, which is trained and decoded

@@ -6,7 +6,7 @@ re-encodes it (``recompute`` mode) and says so in its counters. Either way the s
 same tokens: every request draws its noise from ``np.random.default_rng([*tree_key, expansion_id])`` and picks
 tokens by Gumbel-max (see :mod:`agentmill.lm.decoding`), so a branch is reproducible alone or in a batch.
 
-Counters (all in tokens) follow E162 spec §2.2: ``gen`` = sampled tokens (an EOS counts: it cost a decode
+Counters (all in tokens) [R]: ``gen`` = sampled tokens (an EOS counts: it cost a decode
 step), ``prefill`` = prompt tokens encoded (once per tree), ``refeed`` = one per fork (the token before the
 branch point is fed again to get the branch logits), ``recompute`` = prefix tokens re-encoded after a cache was
 evicted, ``forward`` = every token that went through the model. With no eviction,

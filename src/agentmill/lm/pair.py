@@ -1,4 +1,4 @@
-"""A (policy, reference) pair of transformers models for log-ratio scoring (spec agent-credit.md §6.3 ``HFPair``).
+"""A (policy, reference) pair of transformers models for log-ratio scoring ([R]; docs/methods/progress_advantage.md).
 
 Two ways to get a pair:
 
@@ -12,8 +12,8 @@ Both views implement the white-box LM surface the scorer and the decode loop use
 ``forward``, ``logprobs``, ``generate``, ``max_positions``...). The pair loads its *own* copy of the base model
 (never the process-wide cached ``load_lm`` object): wrapping a model in peft modifies it in place.
 
-Scoring-time rules (§5 pitfall 13): fp32 logits, ``model.eval()``, LoRA dropout 0 — log-ratios between a LoRA copy
-and its base are small, and bf16 rounding or dropout noise can exceed them.
+Scoring-time rules (progress_advantage README, Caveats): fp32 logits, ``model.eval()``, LoRA dropout 0 — log-ratios
+between a LoRA copy and its base are small, and bf16 rounding or dropout noise can exceed them.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from agentmill.lm.base import Completion, ForwardOutput, GenerateConfig, Missing
 
 @dataclass(frozen=True)
 class LoRASettings:
-    """LoRA hyperparameters of a new adapter (spec §6.3 defaults)."""
+    """LoRA hyperparameters of a new adapter ([R] defaults)."""
 
     r: int = 8
-    """Rank (spec §6.3: r = 8)."""
+    """Rank (r = 8 [R])."""
     alpha: int = 16
-    """Scaling numerator α (update scale α/r = 2; spec §6.3)."""
+    """Scaling numerator α (update scale α/r = 2; [R])."""
     dropout: float = 0.0
-    """LoRA dropout; 0 so that scoring is deterministic (§5 pitfall 13)."""
+    """LoRA dropout; 0 so that scoring is deterministic (README caveats)."""
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     """Modules that get adapters: attention query/value projections (Llama naming, as in SmolLM2)."""
     seed: int = 0

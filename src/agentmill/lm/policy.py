@@ -1,12 +1,12 @@
-"""An LM that acts by choosing among admissible commands (spec agent-credit.md §6.3 ``CandidatePolicy``).
+"""An LM that acts by choosing among admissible commands ([R]; E165 G-8, E173 P-6).
 
 A text agent in KeyDoor or TextWorld is given the admissible commands at every step. Instead of sampling free text
 and hoping it parses, :class:`CandidatePolicy` scores every candidate and samples from
 
     π(a|s) = softmax_a ℓ(a)/T,    ℓ(a) = Σ_j log p_LM(a_j | prompt(s), a_<j) + log p_LM(<end of turn> | prompt(s), a)
 
-(§2.7 "Action space [D]"). The end-of-turn token is part of ℓ so that "go north" is not a free prefix of
-"go north east". The scorer of E173 (``action_space="candidates"``) recomputes the same ℓ from the same prompt ids,
+[D] (progress_advantage README deviation 5). The end-of-turn token is part of ℓ so that "go north" is not a free prefix
+of "go north east". The scorer of E173 (``action_space="candidates"``) recomputes the same ℓ from the same prompt ids,
 so log π(a|s) = ℓ(a)/T − logsumexp_b ℓ(b)/T is exactly what it compares across a (policy, reference) pair.
 
 Cost. The prompt (system turn, one-shot example, goal, observation, numbered commands: 150–300 tokens) dominates;
@@ -17,7 +17,7 @@ tokens, so causal attention keeps them out of every position that is scored.
 Across decisions, :class:`PromptCache` keeps the last prompt's cache and re-feeds only what differs from it
 (consecutive prompts share the system turn and the one-shot example).
 
-Training (spec §6.4 LM arm, §6.5 LoRA pair builders): :class:`LoRACandidatePolicy` adds AdamW over the trainable
+Training [R]: :class:`LoRACandidatePolicy` adds AdamW over the trainable
 parameters (the LoRA of an :class:`agentmill.lm.pair.HFPair`, or every parameter of a ``tiny:`` model) and
 :meth:`LoRACandidatePolicy.pg_update`, the policy-gradient step of ``envs.policies.pg_step`` (same advantages,
 same exact KL-over-candidates term, same normalisation options) computed with autograd through the shared-prefix
@@ -195,8 +195,8 @@ def candidate_logliks(lm: Any, prompt_ids: Sequence[int], candidate_ids: Sequenc
     (only its part not shared with ``prompt_cache``'s last prompt, when given), the cache forked K times
     (``lm.fork_cache``), one right-padded forward of the K candidates (+ ``eot``).
 
-    Works on any WhiteBoxLM (``forward``/``fork_cache``/``crop_cache``). Log-softmax in float32 (§5 pitfall 13),
-    sums in float64.
+    Works on any WhiteBoxLM (``forward``/``fork_cache``/``crop_cache``). Log-softmax in float32 (LoRA log-ratios are
+    small; progress_advantage README, Caveats), sums in float64.
     """
     torch = _torch()
     if not prompt_ids:
@@ -294,7 +294,7 @@ def candidate_logliks_torch(lm: Any, prompt_ids: Sequence[int], candidate_ids: S
 # ------------------------------------------------------------------------------------------------ the policy
 @dataclass(frozen=True)
 class Decision:
-    """What the policy saw and computed at one ``act`` call (spec §6.3: "each step records candidates and the
+    """What the policy saw and computed at one ``act`` call ([R]: "each step records candidates and the
     prompt's token ids"); ``loglik`` is ℓ per candidate (before temperature)."""
 
     prompt_ids: tuple[int, ...]
@@ -419,7 +419,7 @@ def _table_rows(steps: StepTable) -> list[tuple[str, Mapping[str, Any], str, tup
 
 
 class LoRACandidatePolicy(CandidatePolicy):
-    """A :class:`CandidatePolicy` whose ``parameters`` are trained with AdamW (spec §6.4: lr 1e-4).
+    """A :class:`CandidatePolicy` whose ``parameters`` are trained with AdamW (lr 1e-4 [R]).
 
     ``parameters``: the tensors to train, e.g. ``HFPair.trainable_parameters()`` (the LoRA of ``pair.policy``, which
     must then be the ``lm``) or ``tiny_lm.model.parameters()``. :meth:`reset` restores their initial values and a
@@ -483,7 +483,7 @@ class LoRACandidatePolicy(CandidatePolicy):
 
         (KL exact over the row's candidates; π_ref from ``ref``, held fixed) with one AdamW step. With the caller's
         returns built from r_t − β·KL_t (``envs.policies.kl_per_step(policy, ref, steps)``) and ``kl_coef = β``
-        this follows the gradient of the KL-regularised objective of §2.7, whose fixed point is π*. ``n`` as in
+        this follows the gradient of the KL-regularised objective, whose fixed point is π*. ``n`` as in
         ``pg_step``'s ``normalize``; ``lr`` overrides the optimizer's step size for this and later steps.
 
         Returns diagnostics: rows, mean |A|, the loss, the gradient norm before clipping, seconds.
@@ -560,7 +560,7 @@ class SharedPrefixBenchmark:
 def benchmark_shared_prefix(lm: Any, prompt_ids: Sequence[int], candidate_ids: Sequence[Sequence[int]],
                             eot: int | None, *, repeats: int = 3) -> SharedPrefixBenchmark:
     """Time :func:`candidate_logliks` against :func:`candidate_logliks_reencode` on the same inputs (one warm-up
-    call each first). Spec §8 PERF-7 target: ≥ 3× with a prompt ≤ 256 tokens and ≤ 12 candidates."""
+    call each first). Project target PERF-7 [R]: ≥ 3× with a prompt ≤ 256 tokens and ≤ 12 candidates."""
     torch = _torch()
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")

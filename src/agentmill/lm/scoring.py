@@ -1,11 +1,11 @@
 """Segment scoring: the log-probability of every token of a text that is a concatenation of segments.
 
-A scorer such as the progress advantage (E173, spec agent-credit.md §2.8, §6.3) needs, for one whole episode
+A scorer such as the progress advantage (E173, arXiv:2606.26080) needs, for one whole episode
 ``[prompt, action_1, observation_1, action_2, ...]``, the log-prob of each action token given everything before
 it, from one forward pass per model. :func:`score_segments` returns them per segment, so the caller slices out
 the spans it cares about.
 
-Rules (spec §2.8 step 1-2, §5 pitfalls 12-13):
+Rules (progress_advantage README, deviations 2 and 8, and Caveats):
 
 - Text segments are tokenized **separately** and concatenated, so segment boundaries are token boundaries (as at
   generation time, where each action was decoded after the prompt). Token-id segments (recorded at rollout time)
@@ -46,11 +46,12 @@ class CapabilityError(LMError):
 class SegmentScores:
     """Per-segment token scores of one sequence.
 
-    ``token_logprobs[i]`` (float32 from model backends; float64 if the backend gives it; shape (n_i,)) holds log p(token | all earlier tokens) for the n_i tokens of
-    segment i; NaN marks a token that has no score (dropped by left truncation, or the very first token of a model
-    without BOS). ``token_ids[i]`` (int64, (n_i,)) are the tokens. ``topk_mean[i]`` (float32, (n_i,)) is the mean of
-    the k largest log-probs of the predictive distribution at each of those positions (the Self-Certainty/DeepConf
-    baselines' confidence; k = ``top_k``), or None when ``top_k == 0``. ``n_truncated_left`` counts dropped tokens.
+    ``token_logprobs[i]`` (float32 from model backends; float64 if the backend gives it; shape (n_i,)) holds log p(token
+    | all earlier tokens) for the n_i tokens of segment i; NaN marks a token that has no score (dropped by left
+    truncation, or the very first token of a model without BOS). ``token_ids[i]`` (int64, (n_i,)) are the tokens.
+    ``topk_mean[i]`` (float32, (n_i,)) is the mean of the k largest log-probs of the predictive distribution at each of
+    those positions (the Self-Certainty/DeepConf baselines' confidence; k = ``top_k``), or None when ``top_k == 0``.
+    ``n_truncated_left`` counts dropped tokens.
     """
 
     token_logprobs: list[np.ndarray]
@@ -113,7 +114,7 @@ def tokenizer_fingerprint(lm: Any) -> str:
 
     transformers: the vocabulary, the special tokens and the chat template; other backends: their class and their
     own ``tokenizer_fingerprint()`` when they define one. Two models that differ here cannot be compared token by
-    token (spec §6.5 "Tokenizers").
+    token [R].
     """
     own = getattr(lm, "tokenizer_fingerprint", None)
     if callable(own):
@@ -209,7 +210,7 @@ def _torch_score(lm: Any, seqs: list[list[int]], top_k: int) -> list[tuple[np.nd
     model = getattr(lm, "model", None)
     if model is not None and getattr(model, "training", False):
         raise LMError(f"{getattr(lm, 'spec', '?')}: the model is in training mode (dropout on); call .eval() before "
-                      "scoring (spec §5 pitfall 13)")
+                      "scoring")
     logits = lm.forward(ids, attention_mask=mask).logits
     out = []
     for r, n in enumerate(lengths):
@@ -236,7 +237,7 @@ def _backend_score(lm: Any, seqs: list[list[int]], top_k: int) -> list[tuple[np.
 
 
 def _float(x: Any) -> np.ndarray:
-    """float32 from model backends (spec §6.3); a backend that hands over float64 (the canned fake, exact tabular
+    """float32 from model backends [R]; a backend that hands over float64 (the canned fake, exact tabular
     pairs) keeps it, so an exactness check can run through the scorer at 1e-10."""
     a = np.asarray(x)
     return a if a.dtype == np.float64 else a.astype(np.float32)
@@ -244,7 +245,7 @@ def _float(x: Any) -> np.ndarray:
 
 def score_segments(lm: Any, segments: Segments, *, top_k: int = 0, truncate: Literal["error", "left"] = "error",
                    max_len: int | None = None) -> SegmentScores:
-    """Score every token of the concatenated ``segments`` with one forward pass of ``lm`` (spec §6.3).
+    """Score every token of the concatenated ``segments`` with one forward pass of ``lm``.
 
     ``max_len`` overrides the model's context length (``lm.max_positions``) for the truncation rule.
     """

@@ -1,6 +1,6 @@
 """A step-zero throughput probe for run records: prefill tok/s and decode tok/s at a few batch sizes.
 
-Every experiment that samples from a local model records this next to its results (spec rl-rollouts §7), so a
+Every experiment that samples from a local model records this next to its results [R], so a
 slow or contended machine is visible in the record instead of silently stretching wall times. It costs a few
 seconds; ``benchmarks/lm_throughput.py`` is the full benchmark.
 """

@@ -1,8 +1,8 @@
-"""The OpenAI-compatible HTTP server (dspark spec §6.4): ``/v1/chat/completions`` and ``/v1/completions`` with SSE
+"""The OpenAI-compatible HTTP server (docs/methods/dspark.md): ``/v1/chat/completions`` and ``/v1/completions`` with SSE
 streaming, ``/v1/models``, ``/health`` and Prometheus ``/metrics``, over a ``BatchingLoop``.
 
 Chat requests may carry OpenAI ``tools``/``tool_choice``/``parallel_tool_calls`` and ``tool`` / ``tool_calls``
-messages (constraint-rot spec §6.4: LangChain and the OpenAI Agents SDK drive this server): the tool list is
+messages (LangChain and the OpenAI Agents SDK drive this server; docs/methods/constraint_rot.md): the tool list is
 rendered into the system prompt and the generated text parsed back into ``message.tool_calls`` by
 ``agentmill.serve.tools`` (formats documented there). A ``required`` or named ``tool_choice`` starts the assistant
 turn with ``CALL`` / ``CALL <name>``. With tools and ``stream=true`` the whole generation is buffered and sent at

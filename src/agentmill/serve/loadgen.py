@@ -1,4 +1,4 @@
-"""A closed-loop load generator for an OpenAI-compatible server (dspark spec §6.4): C virtual users, each sending
+"""A closed-loop load generator for an OpenAI-compatible server [R]: C virtual users, each sending
 its next streaming request as soon as the previous one finishes, for a warm-up and then a measured window.
 
 Per-user speed follows the DSpark paper: the mean over requests finished in the window of

@@ -1,4 +1,4 @@
-"""The engine's owner thread (dspark spec §6.4): ``BatchingLoop`` runs ``SpecEngine.step()`` while any request is
+"""The engine's owner thread [R]: ``BatchingLoop`` runs ``SpecEngine.step()`` while any request is
 live and hands each request's outputs to the callback it was submitted with. Submissions and aborts arrive from
 any thread through a queue and take effect at step boundaries; no algorithm lives here.
 """

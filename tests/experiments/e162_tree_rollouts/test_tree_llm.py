@@ -122,8 +122,8 @@ def test_a_judging_setup_needs_two_hard_prompts_a_pipeline_check_one(tmp_path) -
 
 
 def test_only_the_unjudged_setups_widen_the_hard_cut(tmp_path) -> None:
-    """Full picks hard prompts by the spec's 0 < p̂ <= 0.25; the setups that judge nothing (smoke and quick, each a
-    SmokeSetup, so the full setup keeps its fields and hash) take every prompt solved at least once."""
+    """Full picks hard prompts by the pre-registered 0 < p̂ <= 0.25 [R]; the setups that judge nothing (smoke and quick,
+    each a SmokeSetup, so the full setup keeps its fields and hash) take every prompt solved at least once."""
     import dataclasses
 
     from agentmill.experiments.e162_tree_rollouts.tree_llm import HARD_MAX, Setup, SmokeSetup

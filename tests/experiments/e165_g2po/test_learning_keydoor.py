@@ -12,7 +12,7 @@ def test_smoke_record_shape(tmp_path) -> None:
     rec = run_experiment(exp, profile="smoke", runs_dir=tmp_path, raise_errors=True)
     assert rec.status == "ok" and set(rec.verdicts.values()) == {"not_judged"}
     m = rec.metrics
-    # the smoke (like the spec's quick) profile records observations, never the claim metrics
+    # the smoke (like quick) profile records observations, never the claim metrics
     assert "auc_diff_g2po_grpo" not in m and "auc_diff_g2po_grpo_observed" in m
     assert {"unique_auc_diff_g2po_grpo_observed", "constkey_auc_diff_g2po_grpo_observed", "steps_auc_diff_g2po_grpo",
             "lr_g2po", "merge_rate", "g2po_overhead_ratio"} <= set(m)

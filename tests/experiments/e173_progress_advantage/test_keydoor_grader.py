@@ -30,7 +30,7 @@ def test_fluency_control_smoke(tmp_path) -> None:
     exp = get("e173.progress_fluency_control")
     rec = run_experiment(exp, profile="smoke", runs_dir=tmp_path, raise_errors=True)
     assert rec.status == "ok" and rec.verdicts == {"P-5": "not_judged"}
-    assert abs(rec.metrics["mean_ref_plan_mass"].value - 0.02) < 1e-6  # the bisection hits the spec's p
+    assert abs(rec.metrics["mean_ref_plan_mass"].value - 0.02) < 1e-6  # the bisection hits P-5's p ≈ 0.02 [R]
     assert exp.plots(rec.data, tmp_path)[0].stat().st_size > 5000
 
 

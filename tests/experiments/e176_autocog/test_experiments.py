@@ -18,7 +18,7 @@ def test_library_smoke(tmp_path) -> None:
     assert m["ac1_mismatches"].value == 0  # exact identities
     assert m["ac1_gamma_star_max_abs_err"].value <= 0.05
     assert m["ac2_max_abs_diff"].value <= 1e-12
-    assert [x["vs_wadd"] for x in ctx.data["dial_mid"] if x["v"] == [0.9, 0.8, 0.7, 0.6]] == [[2, 10]]  # §2.5 [D]
+    assert [x["vs_wadd"] for x in ctx.data["dial_mid"] if x["v"] == [0.9, 0.8, 0.7, 0.6]] == [[2, 10]]  # [D]
     assert len(exp.plots(ctx.data, tmp_path)) == 1
 
 
@@ -34,7 +34,7 @@ def test_library_judge_can_fail() -> None:
     v = (0.9, 0.8, 0.7, 0.6)
     A, B = binary_pairs(4)
     assert (_signs(L.take_the_worst(), A, B, v) != _signs(L.ttb(), A, B, v)).sum() > 50
-    assert (_signs(L.dial(), A, B, v, gamma=2.0) != _signs(L.ttb(), A, B, v)).sum() == 18  # §2.5 [D]
+    assert (_signs(L.dial(), A, B, v, gamma=2.0) != _signs(L.ttb(), A, B, v)).sum() == 18  # [D]
     assert np.isfinite(_signs(L.ew(), A, B, v)).all()
 
 

@@ -1,4 +1,4 @@
-"""e176.perf (spec autocog §8 P1-P4): the helpers that turn timings and choices into claims, checked by hand, and
+"""e176.perf (project targets P1-P4 [R]): the helpers that turn timings and choices into claims, checked by hand, and
 the smoke profile end to end. No timing is asserted here (timings are the experiment's job, not a unit test's)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AC-7's per-profile verdict metrics (spec autocog §7) on hand-made run records (quick: >= 12/15 cells with 1 seed;
+"""AC-7's per-profile verdict metrics (pre-registered [R]) on hand-made run records (quick: >= 12/15 cells with 1 seed;
 full: every cell with >= 5 seeds); the per-run and per-cell rules are tested in tests/methods/autocog."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""e176.strawman's human arm (NC-7 on the vendored fixture, spec §6.9 use 4): scoring logic with a scripted
+"""e176.strawman's human arm (NC-7 on the vendored fixture, human replay): scoring logic with a scripted
 predictor (fast), and the real smoke run (slow: sandboxed pandas metrics)."""
 
 from __future__ import annotations

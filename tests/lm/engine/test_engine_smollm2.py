@@ -1,4 +1,4 @@
-"""The engine on the embedded SmolLM2-135M against transformers (dspark spec §6.2): prefill logits within 1e-3
+"""The engine on the embedded SmolLM2-135M against transformers: prefill logits within 1e-3
 (fp32) and identical greedy tokens for 64 steps on 5 prompts, decoded together in one ragged batch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run audit (§6.7) and the kill-and-resume harness (AC-8), on hand-built ledgers and a scripted child."""
+"""The run audit and the kill-and-resume harness (AC-8), on hand-built ledgers and a scripted child."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ def test_welch_matches_closed_form() -> None:
     a, b = MetricValue(0.7, 0.04, None), MetricValue(0.5, 0.09, None)
     g = welch_gate(a, b)
     t = (0.7 - 0.5) / math.sqrt((0.04 + 0.09) / 25)
-    df = (0.04 + 0.09) ** 2 * 24 / (0.04 ** 2 + 0.09 ** 2)  # §2.8 closed form
+    df = (0.04 + 0.09) ** 2 * 24 / (0.04 ** 2 + 0.09 ** 2)  # Welch–Satterthwaite closed form
     assert g.t == pytest.approx(t) and g.df == pytest.approx(df)
     assert g.p == pytest.approx(2 * stats.t.sf(abs(t), df))
     assert g.accepted == (g.p < 0.01)
@@ -36,7 +36,7 @@ def test_scoring_rules_ac5() -> None:
     assert lb["c"] == 0.0 and lb["a"] == pytest.approx(1 - 0.25 / math.hypot(0.25, 1))
     assert dict(leaderboard([(0.5, {"a": 0.5, "b": 0.5})], ["a", "b"])) == {"a": 1.0, "b": 1.0}  # all norms 0
     assert dict(leaderboard([(None, {"a": 0.1, "b": 0.5})], ["a", "b"])) == {"a": 1.0, "b": 1.0}  # excluded
-    # "paper": a missing real value scores everyone 1, so equal non-zero norms -> everyone 0 (pitfall 16)
+    # "paper": a missing real value scores everyone 1, so equal non-zero norms -> everyone 0
     assert dict(leaderboard([(None, {"a": 0.1, "b": 0.5})], ["a", "b"], on_missing_real="paper")) == \
         {"a": 0.0, "b": 0.0}
     # aggregate loss: spread-0 -> raw distance; failed candidate -> 1; no real -> inf

@@ -1,4 +1,4 @@
-"""The vendored AutoCog human-data fixture (spec autocog §6.9): uses 1 (integrity), 2 (scorer regression), 3 (the
+"""The vendored AutoCog human-data fixture (README deviation 11): uses 1 (integrity), 2 (scorer regression), 3 (the
 committed metric sources rerun in the sandbox). The fixture is part of this repository, so nothing here skips."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agentmill.methods.autocog.sandbox import SandboxViolation, TheoryRejected
 
 FIX = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "autocog_human"
 
-# §6.9 use 2: the authors' final leaderboards (leaderboard.md, last post-admit block), as the spec lists them.
+# Scorer regression: the authors' final leaderboards (leaderboard.md, last post-admit block) [C].
 BINARY = {"pi_4": 0.760, "pi_5": 0.514, "pi_7": 0.510, "pi_6": 0.483, "pi_2": 0.402, "pi_3": 0.242, "pi_1": 0.000}
 CARDINAL = {"pi_6": 0.570, "pi_7": 0.556, "pi_5": 0.522, "pi_3": 0.513, "pi_4": 0.287, "pi_1": 0.095, "pi_2": 0.000}
 
@@ -29,7 +29,7 @@ def test_fixture_is_vendored_and_verifies() -> None:
     notice = (FIX / "NOTICE.md").read_text()
     assert "6761c69e" in notice and "2026-11-25" in notice and notice.count("`results/") >= 24
     size = sum(p.stat().st_size for p in FIX.rglob("*") if p.is_file())
-    assert size < 1_500_000  # §6.9: about 1 MB
+    assert size < 1_500_000  # about 1 MB [R]
 
 
 def test_nothing_forbidden_is_vendored() -> None:
@@ -44,7 +44,7 @@ def test_nothing_forbidden_is_vendored() -> None:
 
 
 def test_data_counts_match_the_spec() -> None:
-    # §6.9 [D]: binary 247 participants / 23,712 rows; cardinal 218 / 20,544.
+    # [D]: binary 247 participants / 23,712 rows; cardinal 218 / 20,544.
     assert fixtures.data_summary(FIX, "binary") == {"files": 10, "rows": 23712, "participants": 247}
     assert fixtures.data_summary(FIX, "cardinal") == {"files": 10, "rows": 20544, "participants": 218}
 
@@ -86,7 +86,7 @@ def test_gzipped_data_are_the_original_bytes() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("run", ["binary", "cardinal"])
 def test_committed_metric_sources_reproduce_real_values(run) -> None:
-    """§6.9 use 3 / AC-13: 18 of 20 reproduce within 1e-9 (variances too); the two cardinal round-1 observations
+    """AC-13: 18 of 20 reproduce within 1e-9 (variances too); the two cardinal round-1 observations
     are listed as non-reproducible (their canonical files were rewritten after the metric ran)."""
     rows = fixtures.reproduce_metrics(FIX, run)
     assert len(rows) == 10

@@ -1,4 +1,4 @@
-"""JSD (static/sequence) and the alternative gates (power, JSD) of spec autocog §2.8 / §6.2 on hand-checkable data."""
+"""JSD (static/sequence) and the alternative gates (power, JSD) (``methods.autocog.gate``) on hand-checkable data."""
 
 from __future__ import annotations
 

@@ -40,13 +40,13 @@ def test_dial_endpoints_decisions() -> None:
     assert (sgn(_p(L.dial(), gamma=1.0, beta=5.0, eps=0.0)) == sgn(_p(L.wadd(), beta=5.0, eps=0.0))).all()
     assert (sgn(_p(L.dial(), gamma=0.0, beta=5.0, eps=0.0)) == sgn(_p(L.tallying(), beta=5.0, eps=0.0))).all()
     assert (sgn(_p(L.dial(), gamma=6.0, beta=5.0, eps=0.0)) == sgn(_p(L.ttb(), beta=5.0, eps=0.0))).all()
-    # at γ = 3 the dial is neither (spec §2.5: 10 mismatches with each)
+    # at γ = 3 the dial is neither ([D]: 10 mismatches with each)
     assert (sgn(_p(L.dial(), gamma=3.0, beta=5.0, eps=0.0)) != sgn(_p(L.wadd(), beta=5.0, eps=0.0))).sum() == 10
 
 
 def test_lapse_bounds() -> None:
     p = _p(L.wadd(), beta=20.0, eps=0.5)
-    assert p.min() >= 0.25 - 1e-12 and p.max() <= 0.75 + 1e-12  # ε = .5 is not uniform (§2.3)
+    assert p.min() >= 0.25 - 1e-12 and p.max() <= 0.75 + 1e-12  # ε = .5 is not uniform (the noise model [C])
 
 
 def test_spec_roundtrip_and_overrides() -> None:

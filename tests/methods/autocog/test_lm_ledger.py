@@ -1,4 +1,4 @@
-"""LM calls as ledger events (spec autocog §6.7): recorded before the step they serve, required by the audit, and
+"""LM calls as ledger events [R]: recorded before the step they serve, required by the audit, and
 replayed from the ledger on resume so no call is made twice."""
 
 from __future__ import annotations

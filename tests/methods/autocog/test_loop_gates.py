@@ -1,5 +1,5 @@
-"""The loop's gate choice (spec autocog §6.2 LoopConfig.gate) and its prospective scores (pitfall 4), on a 1-round
-programmatic run; and the recovery JSDs against the GT-vs-GT floor (§6.6)."""
+"""The loop's gate choice (``LoopConfig.gate``) and its prospective scores, on a 1-round
+programmatic run; and the recovery JSDs against the GT-vs-GT floor."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Prospective scores (pitfall 4), per-participant classification (§4, pitfall 18) and declared properties
-(pitfall 20), on inputs small enough to check by hand."""
+"""Prospective scores, per-participant classification and declared properties, on inputs small enough to check
+by hand."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The cardinal battery pool's rule-generated pairs (spec autocog §6.6: "5,000 random pairs plus rule-generated
-steep-vs-flat and level-shift pairs") and the frozen battery built from it."""
+"""The cardinal battery pool's rule-generated pairs (5,000 random pairs plus rule-generated
+steep-vs-flat and level-shift pairs [R]) and the frozen battery built from it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AC-7's pass rule (spec autocog §7) on hand-made run records: the Δr clause and the 4/5-seed cell rule."""
+"""AC-7's pass rule (pre-registered [R]) on hand-made run records: the Δr clause and the 4/5-seed cell rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Human-data fixture uses 4-5 (spec autocog §6.9): ``ReplayCohort`` serves the committed observations, and
+"""Human-data fixture, human replay and committed theory code: ``ReplayCohort`` serves the committed observations, and
 ``load_theory_yaml`` turns the repository's theory files (the 4 seed YAMLs, pi_1…pi_7) into sandboxed CodeTheories."""
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ def test_missing_file_is_a_value_error(tmp_path) -> None:
 
 
 def test_committed_pi_sources_load_except_the_scipy_one() -> None:
-    """§6.9 use 5: 13 of the 14 committed theories load; binary pi_5 imports scipy.stats.rankdata, which the sandbox
-    refuses (numpy/math only), so it is refused at load time with the field named."""
+    """Committed theory code [C]: 13 of the 14 committed theories load; binary pi_5 imports scipy.stats.rankdata, which
+    the sandbox refuses (numpy/math only), so it is refused at load time with the field named."""
     loaded, refused = {}, {}
     for run in ("binary", "cardinal"):
         theories = json.loads((FIX / run / "observations.json").read_text())["theories"]

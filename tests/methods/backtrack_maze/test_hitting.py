@@ -1,4 +1,4 @@
-"""Exact hitting times against the spec's golden table (rl-rollouts §2.9) and the gradient against finite
+"""Exact hitting times against golden values from exact solves [R] and the gradient against finite
 differences."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from agentmill.envs.pathstar import PathStarMultigraph
 from agentmill.methods.backtrack_maze import (TabularPolicy, expected_hitting_time, hitting_time, mc_hitting_time,
                                               objective_and_grad, optimal_time, sft_converged_time)
 
-# Spec §2.9 golden values, W = 4 (rounded to integers there).
+# Golden values [R], W = 4, rounded to integers.
 BASE_L2 = {2: 30, 4: 177, 6: 758, 8: 3068}
 SFT_L2 = {2: 26, 4: 244, 6: 2190, 8: 19688, 10: 177154}
 SFT_L3 = {2: 32, 4: 514, 6: 8196, 8: 131078, 10: 2097160}
@@ -52,7 +52,7 @@ def test_closed_form_by_hand_for_K2_L1() -> None:
 
 @pytest.mark.parametrize("W,L", [(2, 2), (4, 3), (8, 4)])
 def test_sft_law_exponential_in_K_affine_in_W(W, L) -> None:
-    """Spec §2.9: ln T_SFT linear in K (R² >= 0.9999, slope within 2% of ln(L+1)); T_SFT exactly affine in W."""
+    """[D]: ln T_SFT linear in K (R² >= 0.9999, slope within 2% of ln(L+1)); T_SFT exactly affine in W."""
     Ks = np.arange(2, 9)
     y = np.log([sft_converged_time(W, int(K), L) for K in Ks])
     slope, icpt = np.polyfit(Ks, y, 1)
@@ -124,7 +124,7 @@ def test_gradient_matches_finite_differences(objective) -> None:
     if objective == "steps":
         assert np.abs(grad - num).max() <= 1e-6 * max(1.0, np.abs(grad).max())
         assert np.abs(grad).max() > 1.0  # not a vacuous comparison
-    else:  # every full-support policy succeeds a.s.: P(success) = 1 and its gradient is exactly 0 (pitfall 16)
+    else:  # every full-support policy succeeds a.s.: P(success) = 1 and its gradient is exactly 0
         assert val == 1.0 and np.all(grad == 0.0) and np.abs(num).max() < 1e-6
 
 

@@ -19,14 +19,14 @@ from agentmill.lm.base import MissingExtraError
 from agentmill.methods.constraint_rot.actors import Action, RuleReader
 from agentmill.methods.constraint_rot.catalogue import load_catalogue
 from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX
-from agentmill.methods.constraint_rot.frameworks import episode_registry, episode_transcript, run_autogen_episode
+from agentmill.methods.constraint_rot.frameworks import (ActorChatCompletionClient, episode_registry,
+                                                         episode_transcript, run_autogen_episode)
 from agentmill.methods.constraint_rot.generate import generate_episodes
 from agentmill.methods.constraint_rot.messages import WhitespaceCounter, normalise
 from agentmill.methods.constraint_rot.pinning import PolicyRegistry, parse_cards
 from agentmill.methods.constraint_rot.pinning.integrations import autogen as ag
-from agentmill.methods.constraint_rot.pinning.integrations.autogen import (CARD_SOURCE, ActorChatCompletionClient,
-                                                                           PinnedChatCompletionContext, from_autogen,
-                                                                           to_autogen)
+from agentmill.methods.constraint_rot.pinning.integrations.autogen import (CARD_SOURCE, PinnedChatCompletionContext,
+                                                                           from_autogen, to_autogen)
 
 W = WhitespaceCounter()
 CAT = load_catalogue()

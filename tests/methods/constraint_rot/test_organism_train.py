@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from agentmill.methods.constraint_rot.actors.organism import OrganismActor, OrganismMismatch  # noqa: E402
+from agentmill.methods.constraint_rot.organism.actor import OrganismActor, OrganismMismatch  # noqa: E402
 from agentmill.methods.constraint_rot.organism.data import SFTExample  # noqa: E402
 from agentmill.methods.constraint_rot.organism.tiny_base import PAD, ChatMLBytes  # noqa: E402
 from agentmill.methods.constraint_rot.organism.train import (Base, LoraCfg, OrganismCard, encode_example,  # noqa: E402

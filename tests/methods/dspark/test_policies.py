@@ -1,4 +1,4 @@
-"""Verify-length policies and the scheduler on hand-checkable cases (dspark spec §2.7), and the SPS table."""
+"""Verify-length policies and the scheduler on hand-checkable cases (paper Algorithm 1 [A]), and the SPS table."""
 
 from __future__ import annotations
 

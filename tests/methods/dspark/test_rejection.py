@@ -1,7 +1,7 @@
 """Lossless verification, tested statistically end to end: speculative decoding of a toy Markov target with a
 different Markov drafter must reproduce the target's exact distribution over whole sequences, whatever the draft
 and the verify lengths — unless the verify length peeks at the drafted token, the anticipation counterexample
-(spec §2.2), which the same test must catch."""
+(non-anticipation, paper App. A [A]), which the same test must catch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GRPO, GiGPO and G2PO-style estimators: the §2.5 golden example, reference re-implementations, bad input."""
+"""GRPO, GiGPO and G2PO-style estimators: the worked example of docs/methods/g2po.md,
+reference re-implementations, bad input."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.helpers.step_tables import golden_table, random_step_table
 KEY = ExactKey()
 
 
-# -- §2.5 worked example (gamma = 0.5, epsilon = 1e-6) -----------------------------------------------------------
+# -- worked example (gamma = 0.5, epsilon = 1e-6) ---------------------------------------------------------------
 
 def test_golden_g2po_graph_term() -> None:
     res = g2po_advantages(golden_table(), KEY, G2POConfig(gamma=0.5))
@@ -95,8 +96,8 @@ def test_grpo_singleton_group_gets_zero_and_broadcasts_over_steps() -> None:
 def _reference_gigpo(tb: StepTable, gamma: float, omega: float, norm: str, eps: float) -> np.ndarray:
     """Row loops, as verl-agent's ``core_gigpo``: per-trajectory discounted returns computed backwards; episode
     groups by uid with (score - mean)[/ (std + eps)]; step groups = identical anchor observation inside a uid;
-    unbiased std. The singleton policy is the spec's (0 for a singleton episode or step group), not verl-agent's
-    mean 0 / std 1."""
+    unbiased std. The singleton policy is this project's (0 for a singleton episode or step group; g2po README deviation
+    3), not verl-agent's mean 0 / std 1."""
     rows = list(range(len(tb)))
     traj_rows: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r in rows:

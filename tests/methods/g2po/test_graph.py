@@ -1,4 +1,4 @@
-"""The state graph (spec agent-credit.md §2.4 steps 1-5, §2.6 diagnostics)."""
+"""The state graph (g2po README, steps 1-5, and its diagnostics)."""
 
 from __future__ import annotations
 

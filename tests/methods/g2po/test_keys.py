@@ -1,4 +1,4 @@
-"""State keys (spec agent-credit.md §2.6) and the UniqueObs scrub pattern (§6.2)."""
+"""State keys and the UniqueObs scrub pattern."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_unique_obs_pattern_matches_the_wrapper_field_and_scrubbing_restores_the
 
 
 def test_scrubbed_key_undoes_the_real_unique_obs_wrapper_on_keydoor_rollouts() -> None:
-    """Positive control of spec §6.2: the same seeds with and without UniqueObs(p=1) give identical G2PO advantages
+    """Positive control [R]: the same seeds with and without UniqueObs(p=1) give identical G2PO advantages
     once the tags are scrubbed, while the unscrubbed key sees no repeat at all."""
     from agentmill.envs.keydoor import KeyDoorConfig, generate_layout, make_keydoor
     from agentmill.envs.rollout import RandomPolicy, collect_groups

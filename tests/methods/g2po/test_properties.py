@@ -1,4 +1,4 @@
-"""Derived properties P1-P7 of the G2PO-style estimator (spec agent-credit.md §2.4), on seeded random groups."""
+"""Derived properties P1-P7 of the G2PO-style estimator (g2po README, Derived properties), on seeded random groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""train_compare: equal samples per arm, common random numbers, parameters move, bad input (spec §6.4)."""
+"""train_compare: equal samples per arm, common random numbers, parameters move, bad input."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Array-level progress advantage: aggregations, ratio modes, best-of-N tie-breaking, AUROCs and failure
-attribution on hand-checkable inputs (spec agent-credit.md §2.8, §6.8 "Scorer")."""
+attribution on hand-checkable inputs (progress_advantage README)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_step_error_auroc_by_hand():
 
 
 def test_step_error_auroc_permuted_labels_control():
-    """Negative control (spec §7): labels independent of scores give a CI around 0.5; a real signal excludes it."""
+    """Negative control [R]: labels independent of scores give a CI around 0.5; a real signal excludes it."""
     rng = np.random.default_rng(0)
     A = [rng.standard_normal(10) for _ in range(60)]
     lab = [rng.integers(0, 2, 10) for _ in range(60)]

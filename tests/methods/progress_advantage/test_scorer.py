@@ -1,5 +1,5 @@
 """ProgressAdvantageScorer over canned token scorers (hand-checked), a tiny torch pair, and the tokenizer checks
-(spec agent-credit.md §2.8, §6.5, §6.8 "Scorer")."""
+(progress_advantage README)."""
 
 from __future__ import annotations
 

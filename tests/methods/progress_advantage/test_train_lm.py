@@ -1,4 +1,4 @@
-"""LM pair builders of progress_advantage.train (spec agent-credit.md §6.5, P-6a/P-6b) on the tiny backend:
+"""LM pair builders of progress_advantage.train (P-6a/P-6b) on the tiny backend:
 the candidate policy as a table over an exact KeyDoor model, distillation to the soft optimum π* (after which
 β·log(π_θ/π_ref) ranks (s, a) like A*), soft advantages by hand, and KL-regularised PG from rollouts."""
 

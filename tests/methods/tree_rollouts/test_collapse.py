@@ -10,7 +10,7 @@ from agentmill.methods.tree_rollouts import (collapse_probability, collapse_unbi
                                              pool_collapse_curve, predict_collapse, simulate_collapse,
                                              simulate_groups)
 
-# spec rl-rollouts §2.1, reference values of C(G, p)
+# reference values of C(G, p) = p^G + (1-p)^G [D]
 TABLE = {0.01: (0.961, 0.923, 0.851, 0.725, 0.526, 0.276), 0.05: (0.815, 0.663, 0.440, 0.194, 0.038, 0.001),
          0.10: (0.656, 0.430, 0.185, 0.034, 0.001, 0.000), 0.30: (0.248, 0.058, 0.003, 0.000, 0.000, 0.000)}
 
@@ -36,8 +36,8 @@ def test_pool_closed_form_matches_spec_table() -> None:
 
 
 def test_min_group_size_doubles_per_two_steps_of_hardness() -> None:
-    # spec §2.1 lists 2, 3, 6, 12, 25 for H = 2..10 at q = 0.7, δ = 0.5; at H = 2, p = 0.49 and
-    # C(2, 0.49) = 0.5002 > 0.5, so the exact minimum is 3 (the spec rounded).
+    # a rounded table gives 2, 3, 6, 12, 25 for H = 2..10 at q = 0.7, δ = 0.5; at H = 2, p = 0.49 and
+    # C(2, 0.49) = 0.5002 > 0.5, so the exact minimum is 3 (tree_rollouts README deviation 4).
     assert [min_group_size(0.7**H, 0.5) for H in (2, 4, 6, 8, 10)] == [3, 3, 6, 12, 25]
     assert collapse_probability(0.49, 2) > 0.5 and collapse_probability(0.49, 3) <= 0.5
     assert min_group_size(0.0, 0.5) is None and min_group_size(1.0, 0.1) is None

@@ -1,4 +1,4 @@
-"""Office sandbox (spec constraint-rot §2.4): real tools over loopback backends, one disposable root per sandbox.
+"""Office sandbox (docs/methods/constraint_rot.md): real tools over loopback backends, one disposable root per sandbox.
 
 Reusable by any method that needs a tool-using agent to act on real state: mail through a loopback SMTP server
 into a Maildir, a jailed shared drive, an iCalendar calendar, an intranet HTTP stub, SQLite databases, helpdesk

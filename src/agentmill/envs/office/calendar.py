@@ -1,7 +1,7 @@
 """Calendar stored as one iCalendar (.ics) file, written and read back with ``icalendar``.
 
-Why a real .ics: business-hours and external-invite rules are graded from the stored event (spec constraint-rot
-§2.4), so the state the grader sees is what ``icalendar`` parses back from disk, not the call arguments.
+Why a real .ics: business-hours and external-invite rules are graded from the stored event [R], so the state the grader
+sees is what ``icalendar`` parses back from disk, not the call arguments.
 """
 
 from __future__ import annotations

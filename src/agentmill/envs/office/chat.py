@@ -1,7 +1,7 @@
 """Chat channels with public/private flags; posts are recorded with the channel's visibility at post time.
 
 Why the flag is copied into each post: "no public posting" and "no PII in public channels" rules are graded on
-where a message landed (spec constraint-rot §2.4), and the grader should not need the channel table to tell.
+where a message landed [R], and the grader should not need the channel table to tell.
 """
 
 from __future__ import annotations

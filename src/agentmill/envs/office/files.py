@@ -1,4 +1,5 @@
-"""Jailed shared drive: every path is resolved and must stay inside the jail root (spec constraint-rot §9).
+"""Jailed shared drive: every path is resolved and must stay inside the jail root [R]: no tool may touch files outside
+the sandbox.
 
 Why each check: ``Path.resolve`` + ``is_relative_to`` stops ``../`` and absolute-path escapes; walking the
 components with ``lstat`` refuses symlinks even when they point back inside (a planted symlink is how an attack

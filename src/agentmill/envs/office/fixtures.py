@@ -1,8 +1,8 @@
 """Seeded, synthetic office fixtures: people, inbox, tickets, files, intranet pages, DB rows, calendar, git.
 
-Why a separate module: episodes must be byte-identical for a seed (spec constraint-rot §2.2 step 2), so every
+Why a separate module: episodes must be byte-identical for a seed [R], so every
 fixture comes from one ``random.Random(seed)`` in a fixed order and is plain JSON-ready data; the backends only
-load it. All personal data is synthetic (§6.3, §9): SSNs come from the never-issued 900–999 area, card numbers
+load it. All personal data is synthetic [R]: SSNs come from the never-issued 900–999 area, card numbers
 from issuers' published test numbers (Luhn-valid), names and addresses from small invented pools.
 """
 

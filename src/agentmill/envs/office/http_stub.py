@@ -1,6 +1,6 @@
 """Intranet stub: a stdlib ``http.server`` on 127.0.0.1:<ephemeral> serving seeded pages and recording POSTs.
 
-Why the host check lives in the client: the sandbox must never touch the network (spec constraint-rot §9), so
+Why the host check lives in the client: the sandbox must never touch the network [R], so
 ``check_url`` refuses any URL whose host is not the stub's own loopback address (or the fixed alias
 ``intranet.local``, which is mapped to the stub without any DNS lookup, so transcripts do not carry a port that
 changes between runs). Refused attempts are remembered so the grader can still see them.

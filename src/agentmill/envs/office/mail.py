@@ -1,9 +1,9 @@
 """Loopback mail: an ``aiosmtpd`` server on 127.0.0.1:<ephemeral> that delivers every message into a Maildir.
 
-Why a real SMTP hop: the grader cross-checks a ``send_email`` call against what actually arrived (spec
-constraint-rot §2.3), so sending goes through ``smtplib`` → SMTP → Maildir and ``sent_messages`` reads the Maildir
-back. The server accepts any recipient but only ever writes locally: it has no relay code path. The envelope
-recipients are stamped into a header because Maildir keeps only the message.
+Why a real SMTP hop: the grader cross-checks a ``send_email`` call against what actually arrived [R], so sending goes
+through ``smtplib`` → SMTP → Maildir and ``sent_messages`` reads the Maildir back. The server accepts any recipient but
+only ever writes locally: it has no relay code path. The envelope recipients are stamped into a header because Maildir
+keeps only the message.
 
 The listening socket is bound to port 0 by us and handed to the event loop (aiosmtpd's ``Controller`` probes its
 configured port, which does not work with port 0).

@@ -1,7 +1,7 @@
-"""``OfficeSandbox``: the per-episode office of spec constraint-rot §2.4 — real tools over loopback backends.
+"""``OfficeSandbox``: the per-episode office (docs/methods/constraint_rot.md) — real tools over loopback backends.
 
 Why this shape: episodes need genuine tool outputs and a state the grader can cross-check against the logged
-calls (§2.3), at scripted-tier speed (PF-7: servers start once per sandbox object, ``reset`` only rewrites state).
+calls [R], at scripted-tier speed (PF-7: servers start once per sandbox object, ``reset`` only rewrites state).
 Every call goes through ``execute``: schema validation, the backend on a worker thread with a per-tool timeout,
 output truncation, and a log entry — a bad call becomes ``ToolResult(ok=False)``, never an exception. Not
 thread-safe: one sandbox serves one episode at a time.
@@ -39,7 +39,7 @@ from agentmill.envs.office.tools import (SPECS_BY_NAME, TOOL_NAMES, TOOL_SPECS, 
                                          ToolResult, ToolSpec, truncate_output, validate_arguments)
 from agentmill.envs.office.vcs import GitRemote, Push
 
-TOOL_TIMEOUT_S = 5.0  # spec constraint-rot §9
+TOOL_TIMEOUT_S = 5.0  # [R] per-tool deadline: a hung tool must not hang the episode
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Helpdesk tickets and refunds in SQLite (outside the shared drive, so file tools cannot edit them).
 
 Why refunds have no cap here: the refund-cap and no-deletion rules are the catalogue's; the sandbox only executes
-and records, so a violating call leaves real state behind for the cross-check (spec constraint-rot §2.4).
+and records, so a violating call leaves real state behind for the cross-check [R].
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-OUTPUT_LIMIT_BYTES = 8192  # spec constraint-rot §9: tool outputs truncated at 8 KB with a marker
+OUTPUT_LIMIT_BYTES = 8192  # [R] tool outputs truncated at 8 KB with a marker
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Pools mix hard (60%), empty (20%: one step impossible, p = 0) and easy (20%, p ≈ 0.90) prompts. Both arms spend
 the same total (mean B per prompt) with UUCB inside each prompt; ABA-lite moves budget by value-only marginal gain
-per expected token (spec §2.7). The paired bootstrap is over prompts. Reported beside the gate (pitfall 9): the
-change in metric 1 and the share of the budget spent on empty prompts.
+per expected token [R] (tree_rollouts README). The paired bootstrap is over prompts. Reported beside the gate,
+since allocation can trade one metric for another [R]: the change in metric 1 and the share of the budget spent on empty
+prompts.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from agentmill.methods.tree_rollouts.synthetic import SyntheticChainLM, make_poo
 @dataclass(frozen=True)
 class Setup:
     pool_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
-    """Held-out pools (spec §7: 5 pool seeds)."""
+    """Held-out pools (5 pool seeds [R])."""
     prompts: int = 400
-    """Prompts per pool (spec §7: 400)."""
+    """Prompts per pool (400 [R])."""
     budget: int = 800
-    """Mean generated tokens per prompt (spec §7: B = 800)."""
+    """Mean generated tokens per prompt (B = 800 [R])."""
     mix: tuple[float, float, float] = (0.6, 0.2, 0.2)
-    """Fractions of hard, empty and easy prompts (spec §7)."""
+    """Fractions of hard, empty and easy prompts [R]."""
     n_boot: int = 10_000
 
 

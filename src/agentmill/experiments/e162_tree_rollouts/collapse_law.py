@@ -1,4 +1,5 @@
-"""E162-R1: the advantage-collapse law, checked against simulation (spec rl-rollouts §2.1, §7).
+"""E162-R1: the advantage-collapse law, checked against simulation (arXiv:2605.05262 [A]; the formulas are
+Bernoulli algebra [D]; grids and thresholds [R], docs/methods/tree_rollouts.md).
 
 R1a  the closed form C(G,p) is the probability that a group collapses (Monte Carlo at 54 grid points);
 R1b  for hard prompts the informative mass grows only linearly with the budget: M(G,p)/(G·p) in [0.90, 1);
@@ -27,22 +28,22 @@ from agentmill.methods.tree_rollouts.collapse import (collapse_probability, expe
 @dataclass(frozen=True)
 class Setup:
     Gs: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
-    """Group sizes of the R1a grid (spec §7)."""
+    """Group sizes of the R1a grid [R]."""
     ps: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
-    """Pass rates of the R1a grid (spec §7)."""
+    """Pass rates of the R1a grid [R]."""
     groups: int = 20_000
-    """Monte Carlo groups per R1a grid point (spec §7: 20 000)."""
+    """Monte Carlo groups per R1a grid point (20 000 [R])."""
     pool_prompts: int = 20_000
-    """Prompts drawn from the reference pool for R1d (spec §7: 20 000)."""
+    """Prompts drawn from the reference pool for R1d (20 000 [R])."""
     pool_Gs: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-    """R1d group sizes, G = 2 ... 8192 (spec §7)."""
+    """R1d group sizes, G = 2 ... 8192 [R]."""
     z0: float = 0.40
     z1: float = 0.05
     a: float = 0.5
     b: float = 2.0
-    """Reference pool z0·δ0 + z1·δ1 + (1-z0-z1)·Beta(a, b) (spec §2.1)."""
+    """Reference pool z0·δ0 + z1·δ1 + (1-z0-z1)·Beta(a, b) [R] (docs/methods/tree_rollouts.md, Use it)."""
     seed: int = 1000
-    """Held-out seed (spec §7: claim runs use seeds >= 1000)."""
+    """Held-out seed (claim runs use seeds >= 1000; seed 1 set the defaults [R])."""
 
 
 SETUPS = {
@@ -53,7 +54,7 @@ SETUPS = {
 
 CLAIMS = (
     Claim("E162-R1a", "The closed form C(G,p) = p^G + (1-p)^G is the probability that a GRPO group of G binary "
-          "rewards collapses (all equal, zero advantage).", "[P] E162 §2.1; standard Bernoulli algebra",
+          "rewards collapses (all equal, zero advantage).", "[P] arXiv:2605.05262; Bernoulli algebra [D]",
           "law stated, no table", "r1a_violations", "<=", 0, judge_on="exact",
           exact_why="a count of grid points, out of a fixed 54, whose seeded Monte Carlo rate misses the closed form "
                     "by more than 4 standard errors: the noise is inside the test"),
@@ -184,7 +185,7 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     ax1.errorbar(pool["Gs"], pool["mc"], yerr=2 * np.array(pool["se"]), fmt="o", ms=4, label="Monte Carlo ±2 SE")
     ax1.axhline(pool["lake"], ls="--", c="gray", label=f"lake mass {pool['lake']:.2f}")
     ax1.set_xscale("log", base=2)
-    ax1.set_yscale("log")  # pitfall 2: the approach is polynomial, so the flattening shows only on log axes
+    ax1.set_yscale("log")  # the approach is polynomial, so the flattening shows only on log axes
     ax1.set_xlabel("group size G")
     ax1.set_ylabel("pool collapse E[C(G)]")
     ax1.set_title("Budget-agnostic sampling plateaus at the lake")

@@ -1,7 +1,8 @@
 """E162-R2: does the collapse law, with a fitted pool prior, predict fresh samples of a real LM?
 
 We sample S completions for each of P self-generated arithmetic prompts (levels 1–7) from the model under test
-(default: the embedded SmolLM2-135M-Instruct), score them with the exact verifier, and ask (spec rl-rollouts §7):
+(default: the embedded SmolLM2-135M-Instruct), score them with the exact verifier, and ask
+(claims of arXiv:2605.05262 [A]; setup and thresholds [R]):
 
 R2a  split-half: a mixture fitted on the first S/2 samples predicts the pool collapse of the other S/2
      (hypergeometric estimate) at G in {2, 4, 8} within 0.07;
@@ -32,30 +33,31 @@ from agentmill.methods.tree_rollouts.collapse import (collapse_unbiased, fit_poo
 VERSION = "5"
 """Bumped whenever the analysis changes, so stored records are recomputed (from the checkpointed samples)
 (v3: the fitted pool's predicted collapse at G = 1024 is reported beside z0 + z1; v4: faster mixture fit with
-looser Nelder–Mead tolerances, in-run sampling throughput; v5: NC1a/b judged on a bootstrap over prompts, not one coin draw)."""
+looser Nelder–Mead tolerances, in-run sampling throughput; v5: NC1a/b judged on a bootstrap over prompts, not one coin
+draw)."""
 PLATEAU_G = 1024
 
 
 @dataclass(frozen=True)
 class Setup:
     prompts: int = 64
-    """Arithmetic prompts, spread round-robin over levels 1–7 (spec §7: 64, ~9 per level)."""
+    """Arithmetic prompts, spread round-robin over levels 1–7 (64, ~9 per level [R])."""
     samples: int = 32
-    """Completions per prompt; the first half fits the prior, the second half is predicted (spec §7: 32)."""
+    """Completions per prompt; the first half fits the prior, the second half is predicted (32 [R])."""
     temperature: float = 1.0
-    """Sampling temperature (spec §7: T = 1.0)."""
+    """Sampling temperature (T = 1.0 [R])."""
     max_new_tokens: int = 48
-    """Completion cap (spec §6.9: 48 tokens)."""
+    """Completion cap (48 tokens [R], as ``envs.arithmetic``)."""
     pred_Gs: tuple[int, ...] = (2, 4, 8)
-    """Group sizes at which split-half predictions are checked (spec §7)."""
+    """Group sizes at which split-half predictions are checked [R]."""
     prompt_style: str = "fewshot"
     """``fewshot``: a raw few-shot completion prompt (default); ``chat``: the chat-templated user message of
-    spec §6.9. Deviation: under the chat template SmolLM2-135M at T = 1 rarely writes an ``Answer:`` line, so
+    ``envs.arithmetic``. Deviation: under the chat template SmolLM2-135M at T = 1 rarely writes an ``Answer:`` line, so
     the reward measured formatting rather than arithmetic (docs/LOG.md, 2026-11-22)."""
     n_boot: int = 200
     """Bootstrap resamples over prompts (each refits the mixture for R2a)."""
     seed: int = 1000
-    """Pool and sampling seed (held out: >= 1000, spec §7)."""
+    """Pool and sampling seed (held out: >= 1000 [R])."""
 
 
 SETUPS = {
@@ -73,7 +75,7 @@ SETUPS = {
 
 CLAIMS = (
     Claim("E162-R2a", "The collapse law with a pool prior fitted on half the samples predicts the pool collapse of "
-          "the other half (max |predicted - observed| over G in {2,4,8}).", "[R] test of [P] E162 §2.1",
+          "the other half (max |predicted - observed| over G in {2,4,8}).", "[R] test of [P] arXiv:2605.05262",
           "not reported (law only)", "r2a_max_abs_err", "<=", 0.07),
     Claim("E162-R2b", "Harder prompts collapse more: Spearman correlation between difficulty level and per-level "
           "collapse at G=8.", "[P] E162: collapse grows with hardness", "qualitative", "r2b_spearman", ">=", 0.8),
@@ -81,9 +83,9 @@ CLAIMS = (
           "(fraction with k in {0,N}) / pool collapse at Gc (Gc = 16, or N/2 when N < 32).",
           "[Rev] 'flatlines near 45%'", "≈45% plateau (their pool; not comparable)", "r2c_lake_share", ">=", 0.70),
     Claim("E162-NC1a", "Negative control: with fair-coin rewards the same estimator shows no collapse "
-          "(pool collapse at G = min(16, N)).", "spec §7 NC1", "expected <= 0.01", "nc1_collapse", "<=", 0.01),
+          "(pool collapse at G = min(16, N)).", "[R] negative control", "expected <= 0.01", "nc1_collapse", "<=", 0.01),
     Claim("E162-NC1b", "Negative control: with fair-coin rewards the fitted lake mass z0 + z1 is ~0.",
-          "spec §7 NC1", "expected <= 0.02", "nc1_lake_mass", "<=", 0.02),
+          "[R] negative control", "expected <= 0.02", "nc1_lake_mass", "<=", 0.02),
 )
 
 
@@ -111,7 +113,7 @@ def _level_collapse(R: np.ndarray, levels: np.ndarray, G: int) -> tuple[np.ndarr
 def _throughput(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Generated tokens per second of the sampling calls this run made (batch = one prompt × S samples).
 
-    Not the spec's step-zero benchmark (prefill and decode at batch 1/4/8/16): that lives in
+    Not the planned step-zero benchmark (prefill and decode at batch 1/4/8/16): that lives in
     ``benchmarks/lm_throughput.py``. Rows restored from a checkpoint of an older version carry no timing."""
     timed = [r for r in rows if "seconds" in r]
     tokens = sum(sum(r["tokens"]) for r in timed)
@@ -165,7 +167,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     r2b = percentile_estimate(rho, rho_boot, n=len(R), method="bootstrap")  # the units resampled are prompts
 
     # R2c: share of pool collapse explained by never/always-solved prompts. At G = N the ratio is 1 by
-    # construction (pitfall 3), so Gc = 16 needs N >= 32; smaller runs use Gc = N/2.
+    # construction [D], so Gc = 16 needs N >= 32; smaller runs use Gc = N/2.
     Gc = 16 if N >= 32 else N // 2
     ks = R.sum(1)
     all_same = ((ks == 0) | (ks == N)).astype(float)
@@ -312,5 +314,5 @@ EXPERIMENT = Experiment(
                "arithmetic, levels 1–7, raw few-shot prompts (not the chat template); full = 64 prompts × 32 "
                "samples, quick = 8 × 8 (a pipeline check, not judged), T = 1.0, "
                "≤ 48 tokens. The paper used nine math/agent benchmarks and larger models; its ≈45% plateau "
-               "[Rev] belongs to its pool and is not comparable (pitfalls 2, 12).",
+               "[Rev] belongs to its pool and is not comparable [R].",
 )

@@ -50,21 +50,21 @@ ARMS = ("independent", "random", "uucb")
 @dataclass(frozen=True)
 class Setup:
     calib_prompts: int = 64
-    """Calibration pool (the e162.collapse_llm pool of this size and seed; spec §7 reuses the R2 cache)."""
+    """Calibration pool (the e162.collapse_llm pool of this size and seed; the R2 cache is reused [R])."""
     calib_samples: int = 32
-    """Calibration samples per prompt (spec §7: 32)."""
+    """Calibration samples per prompt (32 [R])."""
     hard: int = 24
-    """Hard prompts used (0 < p̂ <= 0.25; spec §7: 24), the lowest ids first; fewer if the pool has fewer."""
+    """Hard prompts used (0 < p̂ <= 0.25; 24 [R]), the lowest ids first; fewer if the pool has fewer."""
     lake: int = 8
-    """Lake prompts used (p̂ = 0; spec §7: 8)."""
+    """Lake prompts used (p̂ = 0; 8 [R])."""
     budget: int = 384
-    """Generated tokens per prompt per arm (spec §7: B = 384)."""
+    """Generated tokens per prompt per arm (B = 384 [R])."""
     wave: int = 4
-    """Branches decoded per batch (spec §7: b = 4)."""
+    """Branches decoded per batch (b = 4 [R])."""
     snapshot_leaves: int = 8
-    """Equal-leaves snapshot for R3L2/R3L3 (spec §7: the first 8 leaves)."""
+    """Equal-leaves snapshot for R3L2/R3L3 (the first 8 leaves [R])."""
     max_new_tokens: int = 48
-    """Completion cap, shared prefix included (spec §6.9)."""
+    """Completion cap, shared prefix included (as ``envs.arithmetic`` [R])."""
     temperature: float = 1.0
     seed: int = 1000
     """Pool seed (the e162.collapse_llm seed) and base of the per-arm tree keys."""
@@ -72,7 +72,7 @@ class Setup:
 
 
 HARD_MAX = 0.25
-"""Hard prompts are those with 0 < p̂ <= HARD_MAX (spec §7)."""
+"""Hard prompts are those with 0 < p̂ <= HARD_MAX [R]."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class SmokeSetup(Setup):
     """The setup of the profiles that run the trees but judge nothing (smoke, and quick since issue 24):
     :class:`Setup` plus a wider hard cut. At smoke size (4 samples per prompt) SmolLM2
     solves hardly any prompt exactly once in four (e162.collapse_llm's smoke pool on this machine: p̂ = 0.75 for one
-    prompt, 0.25 for one, 0 for six), so the spec's cut finds fewer than two hard prompts and the run stops before any
-    tree. Smoke never judges; it is there to run the trees, so every prompt solved at least once counts (the pool's
+    prompt, 0.25 for one, 0 for six), so the registered cut finds fewer than two hard prompts and the run stops before
+    any tree. Smoke never judges; it is there to run the trees, so every prompt solved at least once counts (the pool's
     level-1 prompts). A subclass, not a ``Setup`` field: a new field would change the quick and full setup hashes,
     and their stored records would no longer be reused."""
 
@@ -99,7 +99,7 @@ SETUPS = {
     "smoke": SmokeSetup(calib_prompts=16, calib_samples=4, hard=2, lake=1, budget=48, wave=2, snapshot_leaves=2,
                         max_new_tokens=24, n_boot=200),
     # quick runs the trees on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): at 12 prompts and
-    # B = 192 every claim came out inconclusive (about five independent leaves per prompt), and the spec's 32 prompts
+    # B = 192 every claim came out inconclusive (about five independent leaves per prompt), and full's 32 prompts
     # at B = 384 on a 64 × 32 calibration take most of an hour on one core. So quick grows trees on 3 solved and 1
     # lake prompt of e162.collapse_llm's quick pool (8 × 8 since 2026-11-29; the smoke cut) at B = 96, and the claims
     # are judged at full, whose committed record the tables show beside it.
@@ -118,7 +118,7 @@ CLAIMS = (
     Claim("E162-R3L3", "No loss of whole-prompt signal at equal leaves: mixed ratio uucb − independent.",
           "[R] guard", "not reported", "r3l3_mixed_diff", ">=", -0.10),
     Claim("E162-NC5", "Negative control: trees cannot drain the lake — on p̂ = 0 prompts no tree arm exceeds "
-          "independent's mixed count by more than one prompt.", "[R] pitfall 1", "p = 0 gives no signal",
+          "independent's mixed count by more than one prompt.", "[R] control", "p = 0 gives no signal",
           "nc5_max_excess", "<=", 1),
 )
 
@@ -273,7 +273,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         out[f"leaf_success_{arm}"] = Estimate.exact(per_arm[arm]["leaf_success_rate"])
     import resource
 
-    # spec §8 target 7: peak RSS of the process (model + KV store) stays under 3 GiB
+    # project target 7 [R]: peak RSS of the process (model + KV store) stays under 3 GiB
     out["peak_rss_gib"] = Estimate.exact(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     ctx.data.update({"hard": hard, "lake": lake, "per_arm": per_arm, "calibration": rate,
                      "depths": {a: [d for p in hard + lake for d in rows[f"{a}/{p}"]["depths"]] for a in ARMS}})
@@ -320,6 +320,6 @@ EXPERIMENT = Experiment(
     version=VERSION,
     scale_note="SmolLM2-135M-Instruct (fp32, CPU), self-generated few-shot arithmetic, exact verifier; hard/lake "
                "subsets from a calibration of the e162.collapse_llm pool; equal generated tokens per arm. Rollout "
-               "statistics only: no RL training gain is claimed at 135M (pitfall 17). Quick grows up to 4 trees per arm at "
+               "statistics only: no RL training gain is claimed at 135M [R]. Quick grows up to 4 trees per arm at "
                "B = 96 and judges nothing.",
 )

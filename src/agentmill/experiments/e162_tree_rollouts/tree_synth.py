@@ -7,7 +7,7 @@ group) per 1 000 generated tokens, pooled over prompts; ratios get a paired boot
 R3a  uucb / independent and random / independent, metric 1, both >= 1.5 with CI > 1 at every B
 R3b  uucb / random, metric 1, >= 1.10 with CI > 1 at every B
 R3c  mixed-prompt ratio, uucb - independent >= -0.02 (non-inferiority, whole CI)
-R3d  distinct informative tokens per generated token, uucb / independent >= 0.95 (pitfall 4: correlated leaves)
+R3d  distinct informative tokens per generated token, uucb / independent >= 0.95 (correlated leaves [R])
 NC3  UUCB with beta = 0.25, c = 0.5 is expected to fall below independent's mixed ratio at B = 800
 NC4  the independent selector through the tree code path equals the standalone sampler (same RNG keys)
 NC8  UUCB with branch entropies permuted within each tree: its metric-1 edge over ucb should shrink (report)
@@ -37,11 +37,11 @@ from agentmill.methods.tree_rollouts.synthetic import SyntheticChainLM, make_poo
 @dataclass(frozen=True)
 class Setup:
     prompts: int = 2000
-    """Hard prompts per run seed (spec §7: 2 000)."""
+    """Hard prompts per run seed (2 000 [R])."""
     run_seeds: int = 3
-    """Independent run seeds (spec §7: 3); units for the bootstrap are (seed, prompt)."""
+    """Independent run seeds (3 [R]); units for the bootstrap are (seed, prompt)."""
     budgets: tuple[int, ...] = (800, 1600)
-    """Generated tokens per prompt (spec §7: B = 800 and 1600)."""
+    """Generated tokens per prompt (B = 800 and 1600 [R])."""
     pool_seed: int = 1000
     """Held-out pool seed (>= 1000; seed 1 was the development pool)."""
     arms: tuple[str, ...] = ("independent", "random", "uucb", "entropy", "ucb", "greedy", "nc3", "nc8")
@@ -49,7 +49,7 @@ class Setup:
     chunk: int = 100
     """Prompts per work unit (for the executor)."""
     n_boot: int = 10_000
-    """Paired bootstrap resamples (spec §7: 10 000)."""
+    """Paired bootstrap resamples (10 000 [R])."""
     nc4_prompts: int = 50
     """Prompts for the NC4 identity check."""
 
@@ -72,14 +72,14 @@ CLAIMS = (
           "non-inferior (margin −0.02, worst case over budgets).", "[R] guard for R3a", "ABA: 58.1→76.3% mixed",
           "r3c_worst_mixed_diff", ">=", -0.02),
     Claim("E162-R3d", "The gain is not only correlated leaves: distinct tokens with non-zero subtree advantage per "
-          "generated token, uucb / independent (worst case over budgets).", "[R] pitfall 4",
+          "generated token, uucb / independent (worst case over budgets).", "[R] tree leaves share prefixes",
           "not reported", "r3d_worst_token_ratio", ">=", 0.95),
     Claim("E162-NC3", "Negative control: the deep-piling UUCB variant (beta = 0.25, c = 0.5) falls below "
           "independent sampling's mixed ratio at B = 800 (expected outcome of the control).",
-          "[R] spec §2.4 design rationale (their dev pool: 0.14 vs 0.20)", "0.14 − 0.20", "nc3_mixed_diff",
+          "[R] dev-pool observation (0.14 vs 0.20)", "0.14 − 0.20", "nc3_mixed_diff",
           "<=", 0.0),
     Claim("E162-NC4", "Negative control: the independent selector through the tree code path gives exactly the "
-          "leaves of the standalone sampler with the same RNG keys (mismatching leaves).", "[R] spec §7",
+          "leaves of the standalone sampler with the same RNG keys (mismatching leaves).", "[R] identity check",
           "identical", "nc4_mismatches", "<=", 0, judge_on="exact",
           exact_why="an identity check: the independent selector through the tree code path must give the standalone "
                     "sampler's leaves for the same RNG keys, token for token"),
@@ -282,6 +282,6 @@ EXPERIMENT = Experiment(
     plots=plots,
     scale_note="Synthetic chain model (10 steps × 10 tokens; hard pool, mean p ≈ 0.028; held-out pool seed 1000), "
                "equal generated-token budget per prompt; no LLM. UUCB constants are this project's [R] (the paper's "
-               "are unpublished). Leaves are correlated (pitfall 4) and UUCB's leaf distribution is not on-policy "
-               "(pitfall 7): see leaf_success per arm.",
+               "are unpublished). Leaves are correlated [R] and UUCB's leaf distribution is not on-policy "
+               "[R]: see leaf_success per arm.",
 )

@@ -2,9 +2,9 @@
 
 The paper reports that over three quarters of the cells of a 5×5×5 hyperparameter grid lie on a performance
 plateau [P]; its three knobs and the plateau's definition are unpublished. Here the knobs are UUCB's exploration
-scale c, entropy weight λ and prior strength m (spec §2.4), the performance is metric 1 (informative leaves per
-1k generated tokens) on the synthetic hard pool at B = 800, and — fixed before any run — a cell is on the plateau
-when its metric 1 is at least 90% of the best cell's.
+scale c, entropy weight λ and prior strength m ([R]; docs/methods/tree_rollouts.md, Hyperparameters), the performance is
+metric 1 (informative leaves per 1k generated tokens) on the synthetic hard pool at B = 800, and — fixed before any run
+— a cell is on the plateau when its metric 1 is at least 90% of the best cell's.
 """
 
 from __future__ import annotations

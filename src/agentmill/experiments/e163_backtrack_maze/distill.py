@@ -1,4 +1,5 @@
-"""E163-R5f/g: distilling RLVR traces transfers backtracking; stripping the recoveries does not (spec §2.9, §7).
+"""E163-R5f/g: distilling RLVR traces transfers backtracking; stripping the recoveries does not (arXiv:2606.22938 [A];
+setup and thresholds [R]).
 
 For each (W, K, L) config and seed: train a REINFORCE teacher from the uniform base, sample 2 000 successful
 traces (horizon 20·T*), and fit two fresh uniform students by maximum likelihood:
@@ -29,19 +30,19 @@ from agentmill.methods.backtrack_maze import (TabularPolicy, collect_traces, fit
 @dataclass(frozen=True)
 class Setup:
     configs: str = "4,5,2;4,6,2;4,4,3"
-    """(W,K,L) triples, ';'-separated (spec §7: the three R5d configs)."""
+    """(W,K,L) triples, ';'-separated (the three R5d configs [R])."""
     seeds: int = 5
     """Teacher seeds per config (teacher, traces and students all follow the seed)."""
     reinforce_episodes: int = 12_000
-    """REINFORCE episodes per teacher (spec §2.9)."""
+    """REINFORCE episodes per teacher [R] (docs/papers.md E163)."""
     n_traces: int = 2000
-    """Successful teacher traces (spec §7: 2 000)."""
+    """Successful teacher traces (2 000 [R] (docs/papers.md E163))."""
     distill_steps: int = 1000
-    """Adam steps of maximum-likelihood distillation (spec §6.4)."""
+    """Adam steps of maximum-likelihood distillation [R]."""
     sft_steps: int = 2000
-    """Adam steps of the SFT reference (spec §2.9)."""
+    """Adam steps of the SFT reference [R] (docs/papers.md E163)."""
     lr: float = 0.1
-    """Adam learning rate everywhere (spec §2.9)."""
+    """Adam learning rate everywhere [R] (docs/papers.md E163)."""
     seed: int = 1000
     """Base seed (claim runs use seeds >= 1000)."""
 
@@ -165,5 +166,5 @@ EXPERIMENT = Experiment(
     plots=plots,
     scale_note="Tabular maze policies (numpy): REINFORCE teachers, 2 000 successful traces, maximum-likelihood "
                "students from the uniform base. Pitfall 15: in a tabular model distillation is nearly immediate; "
-               "the stripped control is the informative part. All details [R] (spec §2.9).",
+               "the stripped control is the informative part. All details [R] (docs/papers.md E163).",
 )

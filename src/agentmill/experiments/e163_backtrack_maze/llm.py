@@ -1,4 +1,4 @@
-"""E163-R5L (optional probe): does SFT on golden maze paths teach a language model to backtrack? (spec §2.9, §7)
+"""E163-R5L (optional probe): does SFT on golden maze paths teach a language model to backtrack? ([A]; setup [R])
 
 The text maze (W=4, K=4, L=2) is rendered as short state lines; the model (default: the embedded
 SmolLM2-135M-Instruct) is fine-tuned, all parameters, AdamW lr 1e-5, batch 8, on the steps of golden shortest
@@ -7,7 +7,7 @@ in backward- and forward-facing contexts (depths 1..K-1 × 4 header paraphrases)
 
 R5L  ΔP(B | bwd-facing contexts) <= +0.02 (paired bootstrap over the contexts): SFT gives no positive push
      toward backtracking; in a shared-parameter LM "zero gradient" becomes "no positive supervision plus drift"
-     (pitfall 13), so the sign of the drift is reported too, with the forward-facing ΔP.
+     [R], so the sign of the drift is reported too, with the forward-facing ΔP.
 """
 
 from __future__ import annotations
@@ -29,24 +29,24 @@ from agentmill.methods.backtrack_maze.text import HEADERS, base_model, p_back, t
 @dataclass(frozen=True)
 class Setup:
     W: int = 4
-    """Arms of the text maze (spec §7: W=4)."""
+    """Arms of the text maze (W=4 [R])."""
     K: int = 4
-    """Depth (spec §7: K=4)."""
+    """Depth (K=4 [R])."""
     L: int = 2
-    """Forward edges per step (spec §7: L=2)."""
+    """Forward edges per step (L=2 [R])."""
     steps: int = 100
-    """AdamW steps of SFT (spec §7: 30 quick, 100 full)."""
+    """AdamW steps of SFT (30 quick, 100 full [R])."""
     lr: float = 1e-5
-    """AdamW learning rate, full-parameter (spec §7: 1e-5)."""
+    """AdamW learning rate, full-parameter (1e-5 [R])."""
     batch: int = 8
-    """Golden steps per AdamW step (spec §7: 8)."""
+    """Golden steps per AdamW step (8 [R])."""
     seed: int = 1000
     """Seed of the golden-step sampler."""
 
 
 SETUPS = {
     "smoke": Setup(steps=2, batch=2),
-    # quick checks the pipeline on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): the spec's 30 quick
+    # quick checks the pipeline on SmolLM2 and judges nothing (issue 24, docs/LOG.md 2026-11-28): the planned 30 quick
     # steps were 85% of a 256 s run (~7 s per full-parameter AdamW step on one thread), and R5L is judged at full
     # (100 steps), whose committed record the tables show beside quick. 2 steps since 2026-11-29 (4 took 62 of the
     # run's 145 s): the pipeline check needs parameters that moved, not a trend.
@@ -135,5 +135,5 @@ EXPERIMENT = Experiment(
     scale_note="Optional probe [R]: SmolLM2-135M-Instruct (embedded), full-parameter AdamW lr 1e-5, batch 8, "
                "4 (quick, a pipeline check) / 100 (full) steps on golden steps of a W=4, K=4, L=2 text maze; P(B) "
                "over 12 contexts per facing. The paper's experiments are synthetic and tabular-scale [S]; no LM "
-               "result is claimed by the paper. The optional REINFORCE phase of the spec is not implemented.",
+               "result is claimed by the paper. The optional REINFORCE phase is not implemented.",
 )

@@ -1,4 +1,5 @@
-"""E163-R5: the exponential separation between SFT and RLVR on the path-star maze (spec rl-rollouts §2.9, §7).
+"""E163-R5: the exponential separation between SFT and RLVR on the path-star maze (arXiv:2606.22938 [A][S];
+setup and thresholds [R], docs/methods/backtrack_maze.md).
 
 For every (W, K, L) of the sweep we train, from the uniform base policy,
 - SFT on golden shortest paths (exact expected gradient, Adam lr 0.1, 2000 steps), and
@@ -41,29 +42,29 @@ from agentmill.methods.backtrack_maze.rollout import mc_steps
 @dataclass(frozen=True)
 class Setup:
     W: tuple[int, ...] = (2, 4, 8)
-    """Arm counts of the sweep (spec §7: W in {2, 4, 8})."""
+    """Arm counts of the sweep (W in {2, 4, 8} [R])."""
     K: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8)
-    """Depths of the sweep (spec §7: K = 2..8)."""
+    """Depths of the sweep (K = 2..8 [R])."""
     L: tuple[int, ...] = (2, 3, 4)
-    """Parallel forward edges of the sweep (spec §7: L in {2, 3, 4})."""
+    """Parallel forward edges of the sweep (L in {2, 3, 4} [R])."""
     W_fit: tuple[int, ...] = (2, 4, 8, 16)
-    """Arm counts of the R5b linear-in-W fit, run at every (K, L) of the sweep (spec §7: W in {2, 4, 8, 16})."""
+    """Arm counts of the R5b linear-in-W fit, run at every (K, L) of the sweep (W in {2, 4, 8, 16} [R])."""
     sft_steps: int = 2000
-    """Adam steps of SFT (spec §2.9)."""
+    """Adam steps of SFT [R] (docs/papers.md E163)."""
     rl_steps: int = 500
-    """Adam steps of the exact RLVR flow (spec §2.9)."""
+    """Adam steps of the exact RLVR flow [R] (docs/papers.md E163)."""
     lr: float = 0.1
-    """Adam learning rate of SFT and RLVR (spec §2.9)."""
+    """Adam learning rate of SFT and RLVR [R] (docs/papers.md E163)."""
     rl_configs: str = "4,5,2;4,6,2;4,4,3"
-    """(W,K,L) triples of the REINFORCE check R5d, ';'-separated (spec §7)."""
+    """(W,K,L) triples of the REINFORCE check R5d, ';'-separated [R]."""
     seeds: int = 5
-    """REINFORCE seeds per config (spec §7: mean of 5 seeds)."""
+    """REINFORCE seeds per config (mean of 5 seeds [R])."""
     reinforce_episodes: int = 12_000
-    """REINFORCE episodes per run (spec §2.9)."""
+    """REINFORCE episodes per run [R] (docs/papers.md E163)."""
     restart_config: str = "4,5,2"
     """(W,K,L) of the restart-wrapper check R5h and of the Monte Carlo check of the exact solver."""
     mc_episodes: int = 20_000
-    """Monte Carlo episodes per estimate (spec §2.9, §7: 20 000)."""
+    """Monte Carlo episodes per estimate (20 000 [R])."""
     seed: int = 1000
     """Base seed (claim runs use seeds >= 1000)."""
 
@@ -108,15 +109,15 @@ CLAIMS = (
           exact_why="a seeded Monte Carlo model check against a closed form whose noise is inside the |z| <= 3 it "
                     "reports"),
     Claim("E163-R5-mc", "Solver check: Monte Carlo T of the base and SFT-trained policies agrees with the exact "
-          "solve (largest |z|).", "[R] spec §2.9", "n/a", "mc_vs_exact_max_z", "<=", 3.0, judge_on="exact",
+          "solve (largest |z|).", "[R] solver self-check", "n/a", "mc_vs_exact_max_z", "<=", 3.0, judge_on="exact",
           exact_why="a seeded Monte Carlo solver check against the exact solve whose noise is inside the |z| <= 3 it "
                     "reports"),
     Claim("E163-NC7", "Negative control: RLVR exact flow with a 0/1 outcome reward and no length penalty has zero "
-          "gradient (largest |grad| over all steps).", "[R] pitfall 16", "expected exactly 0", "nc7_grad_max",
+          "gradient (largest |grad| over all steps).", "[R] no length penalty", "expected exactly 0", "nc7_grad_max",
           "<=", 0.0, judge_on="exact",
           exact_why="exact expected gradients and exact hitting-time solves on enumerated mazes: no sampling"),
     Claim("E163-NC7b", "Negative control: that RLVR run stays at the base policy's hitting time "
-          "(|T_final/T_base - 1|).", "[R] pitfall 16", "expected exactly 0", "nc7_T_drift", "<=", 0.0,
+          "(|T_final/T_base - 1|).", "[R] no length penalty", "expected exactly 0", "nc7_T_drift", "<=", 0.0,
           judge_on="exact",
           exact_why="exact expected gradients and exact hitting-time solves on enumerated mazes: no sampling"),
 )
@@ -367,6 +368,6 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     scale_note="Tabular policy on the multigraph path-star maze, exact hitting times (numpy); the graph details, "
-               "the (depth, facing) state, the parameterisation and every hyperparameter are [R] (spec §2.9). "
+               "the (depth, facing) state, the parameterisation and every hyperparameter are [R] (docs/papers.md). "
                "The paper's results are asymptotic (gradient flow); ours are finite Adam runs.",
 )

@@ -3,14 +3,14 @@ to a rule's survival, with no model.
 
 Each episode is run once through the agent loop up to its compaction point (a recording no-op compactor keeps the
 context exactly as a compactor would receive it); everything after that is pure compaction + the survival
-classifier of spec §2.6, so no actor is needed.
+classifier of docs/methods/constraint_rot.md "Use it" 4, so no actor is needed.
 
 - **CR-5a** ``ExtractiveSummary`` aggregate lenient survival is non-increasing across r = 0.5 → 0.25 → 0.1 → 0.05
   for every scorer (tfidf, recency_tfidf, constraint_aware). The metric is the largest rise between consecutive
   ratios (exact; "non-increasing" ⇔ it is ≤ 0). By construction the cut is a prefix of a ratio-free ranking
   (see the compactor's docstring), so this checks the implementation and the classifier together.
-- **CR-8** (deterministic arm, spec §2.8 and its CR-8 row): everything that is chosen is chosen on ``dev``
-  episodes, and the claims are judged on ``test_iid`` episodes.
+- **CR-8** (deterministic arm, docs/methods/constraint_rot.md "What it does" and its CR-8 row): everything that is
+  chosen is chosen on ``dev`` episodes, and the claims are judged on ``test_iid`` episodes.
   1. ``ExtractiveSummary(constraint_aware)``'s ratio is the tightest of ``tune_ratios`` whose clean survival on dev
      is ≥ 90 % (the spec's "ratio tuned on dev so clean survival ≥ 90 %").
   2. For each target (that compactor and ``NoteFollowingSummary``) :func:`attacks.optimise_attack` searches the
@@ -60,7 +60,7 @@ class Setup:
     n_episodes: int = 400
     """Trigger episodes of ``test_iid`` (all six locations)."""
     ratios: tuple[float, ...] = (0.5, 0.25, 0.1, 0.05)
-    """Compression ratios of CR-5, loosest first (spec §7)."""
+    """Compression ratios of CR-5, loosest first (docs/methods/constraint_rot.md "Claims and verdicts")."""
     tune_ratios: tuple[float, ...] = (0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
     """Ratios ``ExtractiveSummary(constraint_aware)`` is tuned over for CR-8 (on dev; the tightest that keeps the
     clean survival target wins)."""
@@ -70,9 +70,9 @@ class Setup:
     """Trigger episodes of the ``dev`` split: the ratio and the attack are chosen on these only (pitfall 14)."""
     dev_seed: int = 11
     population: int = 16
-    """Attack optimiser population (spec §2.8: 8 quick / 16 full)."""
+    """Attack optimiser population (docs/methods/constraint_rot.md "Hyperparameters": 8 quick / 16 full)."""
     generations: int = 4
-    """Attack optimiser generations (spec §2.8: 2 quick / 4 full)."""
+    """Attack optimiser generations (docs/methods/constraint_rot.md "Hyperparameters": 2 quick / 4 full)."""
     n_attack_episodes: int = 200
     """CR-8d: test episodes generated with the frozen attack in a real tool output, per target."""
     distractor_tokens: tuple[int, ...] = (400, 1000)

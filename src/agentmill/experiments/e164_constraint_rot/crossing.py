@@ -1,5 +1,6 @@
-"""E164 CR-10, the crossing experiment ("whose summaries the agent reads", spec constraint-rot.md §2.9, §7):
-summarisers S × actors A on identical inputs, V[s][a] and the variance decomposition η²_S, η²_A.
+"""E164 CR-10, the crossing experiment ("whose summaries the agent reads", docs/methods/constraint_rot.md
+"Experiments and commands", "Claims and verdicts"): summarisers S × actors A on identical inputs, V[s][a] and the
+variance decomposition η²_S, η²_A.
 
 Steps:
 
@@ -29,14 +30,14 @@ Steps:
    (it is infinite when the actor columns agree exactly). There is no self-summary diagonal: the summariser is the
    base SmolLM2 and no actor is that model.
 
-**Precondition (decided from the spec).** §7 states CR-10 *with rule-following actors (organism, RuleReader
-semantic, RuleReader verbatim)*, and §2.10 says an organism that fails a gate is not an instrument ("precondition
-not met" instead of its figures). The two RuleReaders share the survival classifier's anchors, so without the
-organism column η²_A is ≈ 0 by construction and the claim would test nothing. So the organism column is
-**needed**: when its card is not validated, the matrix (organism column included) is still measured and
-recorded, but the claim metric is renamed ``eta_margin_observed`` (verdict inconclusive, the reason "precondition
-not met"). The RuleReader-only decomposition is always reported (``eta_margin_rulereaders``, no
-claim).
+**Precondition (decided by the project [R]).** docs/methods/constraint_rot.md "Claims and verdicts" states CR-10 *with
+rule-following actors (organism, RuleReader semantic, RuleReader verbatim)*, and docs/methods/constraint_rot.md
+"Deviations from the paper" 5 says an organism that fails a gate is not an instrument ("precondition not met" instead of
+its figures). The two RuleReaders share the survival classifier's anchors, so without the organism column η²_A is ≈ 0 by
+construction and the claim would test nothing. So the organism column is **needed**: when its card is not validated, the
+matrix (organism column included) is still measured and recorded, but the claim metric is renamed
+``eta_margin_observed`` (verdict inconclusive, the reason "precondition not met"). The RuleReader-only decomposition is
+always reported (``eta_margin_rulereaders``, no claim).
 
 Profiles. ``smoke`` runs without SmolLM2 exactly like the organism experiment's smoke: the ``tiny:organism`` base
 built into the work dir (``organism/tiny_base.py``) and the ``scripted:constant`` summariser, the adapter in the work
@@ -50,14 +51,14 @@ crossing (24 episodes, n_boot 1,000) on the organism experiment's full organism;
 episodes, n_boot 2,000, the ``Setup`` defaults) stays reachable with ``--set``.
 
 Cost per profile (2 shared cores). quick: seconds (320 SFT examples tokenised with the SmolLM2 tokenizer). full
-(not yet run; spec §7 rates ×1.55 for the ~11 tok/s decode measured under contention, as the organism
-experiment's estimate), adapter and validation already cached by ``e164.constraint_rot_organism`` full: two SmolLM2
-loads ≈ 1–1.5 min, 48 summaries (24 × 2 styles) ≈ 12 min on a cold summary cache and 0 on a warm one, 120 organism
-decisions (24 × 5 compactors; compacted contexts are short) ≈ 6–12 min, RuleReaders and the bootstrap < 10 s:
-≈ 20–25 min cold, ≈ 8–13 min warm (spec budget ≤ 6 min assumed CR-3's summaries; see below). Without a cached
-adapter add training ≈ 40–45 min (measured) and validation ≈ 9 min. At the spec's full 96 episodes: ≈ 50 min of
-summaries cold + ≈ 25–45 min of decisions. The organism experiment draws early probes, so its CR-3 summaries are
-not shared with this run.
+(not yet run; the project's budget [R] rates ×1.55 for the ~11 tok/s decode measured under
+contention, as the organism experiment's estimate), adapter and validation already cached by
+``e164.constraint_rot_organism`` full: two SmolLM2 loads ≈ 1–1.5 min, 48 summaries (24 × 2 styles) ≈ 12 min on a cold
+summary cache and 0 on a warm one, 120 organism decisions (24 × 5 compactors; compacted contexts are short) ≈ 6–12 min,
+RuleReaders and the bootstrap < 10 s: ≈ 20–25 min cold, ≈ 8–13 min warm (spec budget ≤ 6 min assumed CR-3's summaries;
+see below). Without a cached adapter add training ≈ 40–45 min (measured) and validation ≈ 9 min. At the spec's full 96
+episodes: ≈ 50 min of summaries cold + ≈ 25–45 min of decisions. The organism experiment draws early probes, so its CR-3
+summaries are not shared with this run.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ ACTORS = (ORGANISM, SEMANTIC, VERBATIM)
 @dataclass(frozen=True)
 class Setup:
     n_episodes: int = 96
-    """``test_iid`` trigger episodes (spec §7: quick 24, full 96; kinds alternate; our full profile runs 24)."""
+    """``test_iid`` trigger episodes ([R]: quick 24, full 96; kinds
+    alternate; our full profile runs 24)."""
     styles: tuple[str, ...] = ("goal_extract", "handoff")
     """LLMSummary prompt styles (spec CR-10: ≥ 2 LLM summary styles among ≥ 4 compactors)."""
     n_train: int = profiles.SETUPS["full"].n_train
@@ -196,7 +198,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.core.paths import cache_root
     from agentmill.methods.constraint_rot import conditions as C
     from agentmill.methods.constraint_rot.actors import RuleReader
-    from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+    from agentmill.methods.constraint_rot.organism.actor import OrganismActor
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.compactors import (ExtractiveSummary, LLMSummary, SlidingWindow,
                                                              StructuredSummary)
@@ -275,7 +277,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out["health_grader_mismatch"] = Estimate.exact(sum(bool(r.get("grader_mismatch")) for r in rows), n=len(rows))
 
     # 5. V[s][a], survival per row, η² — without rows whose summary failed (they saw the uncompacted context,
-    # spec §9); those are counted per cell instead. A cell left without rows has no V, and η² is not judged.
+    # the package README, "Faults"); those are counted per cell instead. A cell left without rows has no V, and η² is
+    # not judged.
     from agentmill.methods.constraint_rot.metrics import split_summary_failed
 
     rows, failed_rows = split_summary_failed(rows)  # type: ignore[assignment]

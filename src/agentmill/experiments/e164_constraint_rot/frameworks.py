@@ -17,14 +17,15 @@ so every number here is exact and checks what the *framework* sent to the model,
 - **CR-1c/frameworks**: violation = 1[rule not survived] for every unpinned framework episode (the CR-1 identity,
   now through framework code); **H-1**: the grader and the sandbox state agree everywhere.
 
-**Model arm** (:func:`organism_arm`, spec §6.4/§7 CR-12; ``organism_profile`` set): LangChain ``create_agent`` with
-the model organism as the agent's model (``ActorChatModel`` around ``OrganismActor``; why not through the server:
-see :func:`organism_arm`) and ``SummarizationMiddleware`` whose summariser is SmolLM2 served by ``agentmill serve``
-on 127.0.0.1 and reached with the real ``ChatOpenAI(base_url=...)``. Arms: full context, summarised (CR-12c: V
-reported as ``v_lc_organism_summarised``), summarised + ``ConstraintPinningMiddleware`` (CR-12d/langchain-organism:
-card in 100 % of model inputs after summarisation; CR-12e/langchain-organism: V(pinned) − V(full) ≤ 2 pp on the
-paired cluster-bootstrap CI). One organism decision per episode. If the organism card failed validation, the
-model arm is not run and its claims are inconclusive ("precondition not met" in ``data["precondition"]``).
+**Model arm** (:func:`organism_arm`, docs/methods/constraint_rot.md "Use it" 5, "Claims and verdicts" CR-12;
+``organism_profile`` set): LangChain ``create_agent`` with the model organism as the agent's model (``ActorChatModel``
+around ``OrganismActor``; why not through the server: see :func:`organism_arm`) and ``SummarizationMiddleware`` whose
+summariser is SmolLM2 served by ``agentmill serve`` on 127.0.0.1 and reached with the real ``ChatOpenAI(base_url=...)``.
+Arms: full context, summarised (CR-12c: V reported as ``v_lc_organism_summarised``), summarised +
+``ConstraintPinningMiddleware`` (CR-12d/langchain-organism: card in 100 % of model inputs after summarisation;
+CR-12e/langchain-organism: V(pinned) − V(full) ≤ 2 pp on the paired cluster-bootstrap CI). One organism decision per
+episode. If the organism card failed validation, the model arm is not run and its claims are inconclusive
+("precondition not met" in ``data["precondition"]``).
 
 Profiles. ``smoke``: the model-free arm on 2 episodes (tests add the model arm with ``organism_profile="smoke"``
 and an ``lm_loader``). ``quick``: the model-free arm only (8 episodes, ``organism_profile=None``): it is exact and
@@ -347,16 +348,18 @@ def _reads(s: Setup, model: str | None) -> list[Path]:
 
 
 def organism_arm(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    """CR-12c/d/e on the organism (spec §6.4, §7 CR-12): LangChain ``create_agent`` with the organism as the agent's
-    model, no middleware (full context), ``SummarizationMiddleware`` (summariser :func:`summariser_model`), and the
-    same plus ``ConstraintPinningMiddleware``; one organism decision per episode (``org_max_model_calls``).
+    """CR-12c/d/e on the organism (docs/methods/constraint_rot.md "Use it" 5, "Claims and verdicts" CR-12): LangChain
+    ``create_agent`` with the organism as the agent's model, no middleware (full context), ``SummarizationMiddleware``
+    (summariser :func:`summariser_model`), and the same plus ``ConstraintPinningMiddleware``; one organism decision per
+    episode (``org_max_model_calls``).
 
     The organism is the agent's model through :class:`ActorChatModel` wrapping ``OrganismActor``, not through the
     server: ``agentmill.serve`` hosts one model per process (``create_app(loop, served_model_name)`` over one
     ``LlamaEngine``), so the organism would need a second server with a merged copy of the weights (memory on a
     2-core box running two model jobs), and the server turns an unparseable line into a plain text reply, whereas
-    ``OrganismActor`` marks it ``invalid`` (never safe, spec §2.10). The actor in-process decodes and parses exactly
-    as in CR-2 validation and the CR-3 grid, so V here is comparable with V(full) there.
+    ``OrganismActor`` marks it ``invalid`` (never safe, docs/methods/constraint_rot.md "Deviations from the paper" 5).
+    The actor in-process decodes and parses exactly as in CR-2 validation and the CR-3 grid, so V here is comparable
+    with V(full) there.
 
     The adapter comes from the shared content-addressed cache with the recipe of ``e164.constraint_rot_organism``
     at ``organism_profile`` (its ``SETUPS``: n_train, data_seed, base, dtype, max_length, counter), so both
@@ -366,7 +369,7 @@ def organism_arm(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     profile allows unvalidated organisms (smoke), whose numbers are stamped ``*_observed``."""
     from agentmill.experiments.e164_constraint_rot.office_bench import episodes as make_episodes
     from agentmill.experiments.e164_constraint_rot.organism_profiles import base_factory, obtain_adapter
-    from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+    from agentmill.methods.constraint_rot.organism.actor import OrganismActor
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.generate import DEFAULT_LOCATIONS
     from agentmill.methods.constraint_rot.metrics import PRECONDITION_NOT_MET

@@ -1,8 +1,8 @@
 """E164 CR-1 and the model-free negative controls: with a rule-reading agent, violation is exactly "rule not visible".
 
-Every claim here is exact and needs no model (spec constraint-rot.md §7): the scripted actors and the survival
-classifier share the catalogue's anchor definitions, so the numbers check the plumbing compaction → context →
-actor → grader, not a hypothesis about language models.
+Every claim here is exact and needs no model (docs/methods/constraint_rot.md "Claims and verdicts"): the scripted actors
+and the survival classifier share the catalogue's anchor definitions, so the numbers check the plumbing compaction →
+context → actor → grader, not a hypothesis about language models.
 
 - **CR-1** ``RuleReader(semantic)``: V(full) = 0, V(never_stated) = 1, violation = 1[not survived] for every episode
   under window, head+tail, tool-clear, extractive, structured and note-following compaction after 1–5 rounds, and

@@ -1,18 +1,20 @@
 """E164 with the model organism: CR-2 (is it a valid instrument?), then CR-3, CR-4, CR-6, CR-11 and the negative
-controls NC-3, NC-4, NC-5, NC-7, NC-8 on one grid of organism decisions (spec constraint-rot.md §2.10, §2.11, §7).
+controls NC-3, NC-4, NC-5, NC-7, NC-8 on one grid of organism decisions (docs/methods/constraint_rot.md
+"Deviations from the paper" 5, "Hyperparameters", "Claims and verdicts").
 
 Steps:
 
 1. **Adapter.** ``build_sft_dataset`` (train split; quick 320, full 960 examples) → a content-addressed directory
    ``$AGENTMILL_CACHE/organisms/<sha256(data manifest, hyperparameters, base)[:16]>`` (``organism/cache.py``; the
    smoke profile keeps it in the work dir). An existing directory with an ``organism_card.json`` is reused;
-   otherwise ``train_organism`` writes a new one (it refuses to overwrite, spec §9).
+   otherwise ``train_organism`` writes a new one (it refuses to overwrite, the package README, "Faults").
 2. **CR-2.** ``validate_organism`` on held-out ``test_iid`` episodes: gates G1–G6 with thresholds from
    ``prereg.yaml`` (quick ≥ 60 per cell, flagged ``low_n``). NC-4 = G4's cell and NC-5 = G3's cell. A cached card
    validated under the same prereg sha256 and cell size is not re-validated.
    **If a gate fails, no later claim gets a metric** (each prints "precondition not met", verdict
    ``inconclusive``) unless ``allow_unvalidated`` — then the numbers are recorded under ``*_observed`` names and
-   stamped, never judged (spec §2.10; §5 pitfalls 1–2: decay from an unvalidated organism is not a finding).
+   stamped, never judged (docs/methods/constraint_rot.md "Deviations from the paper" 5; the package README, "Cautions":
+   decay from an unvalidated organism is not a finding).
 3. **CR-3 grid** (replay mode, one decision per trigger as the organism was trained): ``full_context``,
    ``never_stated``, and for every compactor M ∈ {window, extractive, structured(rules), LLMSummary(SmolLM2) ×
    styles (quick goal_extract, handoff)}: ``compacted(M)``, ``cf_keep(M)``, ``cf_drop(M)``, ``pinned(M)``; plus
@@ -27,8 +29,9 @@ Steps:
 5. **NC-8** the CR-3 rows with condition labels shuffled within family: every D(M) CI includes 0.
 
 CR-11 (statement penalty SP and carryover) is reported only (prereg); the organism is expected to give SP ≈ 0 by
-construction (§5 pitfall 6). CR-7 (soft vs hard, with a second, instinct organism) is ``e164.constraint_rot_instinct``,
-CR-10 (summariser × actor crossing) is ``e164.constraint_rot_crossing``; both share this adapter through the cache.
+construction (the package README, "Cautions"). CR-7 (soft vs hard, with a second, instinct organism) is
+``e164.constraint_rot_instinct``, CR-10 (summariser × actor crossing) is ``e164.constraint_rot_crossing``; both share
+this adapter through the cache.
 
 Profiles. ``smoke`` runs in seconds without SmolLM2 and needs nothing a user provides: the base is ``tiny:organism``,
 a tiny random Llama the run builds into its work dir (``organism/tiny_base.py``), the summariser
@@ -129,7 +132,7 @@ class BaseModelActor:
 
     def __init__(self, base: Any, *, max_new_tokens: int = 160, batch_size: int = 8):
         from agentmill.lm.hf import HFLM
-        from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+        from agentmill.methods.constraint_rot.organism.actor import OrganismActor
 
         self._impl = OrganismActor.__new__(OrganismActor)
         impl = self._impl
@@ -191,7 +194,7 @@ def _gates(report: Mapping[str, Any], out: dict[str, Estimate]) -> bool:
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.constraint_rot import conditions as C
-    from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+    from agentmill.methods.constraint_rot.organism.actor import OrganismActor
     from agentmill.methods.constraint_rot.catalogue import load_catalogue
     from agentmill.methods.constraint_rot.compactors import (ExtractiveSummary, LLMSummary, NoCompaction, SlidingWindow,
                                                              StructuredSummary)
@@ -299,7 +302,8 @@ def _grid_metrics(s: Setup, ctx: RunContext, rows: list[dict[str, Any]], ms: Map
 
     table = summarise(rows, B=s.n_boot, prereg=pr)  # leaves failed LLM summaries out, counts them per cell
     ctx.data["metrics_markdown"] = table.to_markdown()
-    # the figures below read rows directly: the same exclusion (spec §9), with the count kept in the record
+    # the figures below read rows directly: the same exclusion (the package README, "Faults"), with the count kept in
+    # the record
     rows, failed = split_summary_failed(rows)  # type: ignore[assignment]
     ctx.data["summary_failed"] = {"n": len(failed), "by_compactor": {
         n: sum(r["compactor"] == n for r in failed) for n in ms}}
@@ -336,7 +340,7 @@ def _grid_metrics(s: Setup, ctx: RunContext, rows: list[dict[str, Any]], ms: Map
     out["nc8_decay_ci_includes_0"] = Estimate.exact(float(bool(ds) and all(d.estimate.lo <= 0.0 <= d.estimate.hi
                                                                            for d in ds)), n=len(ds))
     if not pre.met:
-        return  # §5 pitfall 2: no decay-based figure without the precondition
+        return  # `prereg.yaml` (precondition): no decay-based figure without the precondition
 
     win = [r for r in rows if r["compactor"] == "window" and r["condition"] == "compacted"]
     evicted = [r for r in win if r.get("survival_label") not in SURVIVED]

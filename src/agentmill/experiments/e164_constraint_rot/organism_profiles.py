@@ -22,16 +22,18 @@ from agentmill.methods.constraint_rot.organism.cache import Recipe
 @dataclass(frozen=True)
 class Setup:
     n_train: int = 960
-    """SFT examples (spec §2.10: quick 320, full 960)."""
+    """SFT examples (docs/methods/constraint_rot.md "Deviations from the paper" 5: quick 320, full 960)."""
     n_per_cell: int = 150
     """Validation episodes per cell (spec: ≥ 150 full, ≥ 60 quick flagged low_n)."""
     n_episodes: int = 96
-    """``test_iid`` trigger episodes of the CR-3 grid (spec §7: quick 24, full 96; kinds alternate)."""
+    """``test_iid`` trigger episodes of the CR-3 grid ([R]: quick 24,
+    full 96; kinds alternate)."""
     n_nc3: int = 48
     """Episodes for the base-model control NC-3."""
     styles: tuple[str, ...] = ("goal_extract", "handoff", "running", "sectioned", "sectioned_secure",
                                "constraint_aware")
-    """LLMSummary prompt styles (spec §7 CR-3: quick goal_extract + handoff; full adds four)."""
+    """LLMSummary prompt styles (docs/methods/constraint_rot.md "Claims and verdicts" CR-3: quick goal_extract +
+    handoff; full adds four)."""
     base: str = "hf:smollm2"
     """Organism base: ``hf:`` spec, ``tiny:organism`` (built into the work dir) or a spec the run context's
     ``lm_loader`` resolves to an organism ``Base`` (``organism_profiles.base_factory``)."""
@@ -40,7 +42,7 @@ class Setup:
     counter: str = "smollm2"
     """Token counter for episodes, budgets and cards: ``smollm2`` or ``whitespace``."""
     distractor_tokens: tuple[int, ...] = (400, 1000)
-    """Grid distractor length (spec §2.2 tiny-model profile)."""
+    """Grid distractor length (docs/methods/constraint_rot.md "Use it" 2)."""
     max_length: int = 1536
     """Training max length (the trainer's default; see organism/train.py on the spec's 768)."""
     max_new_tokens: int = 160

@@ -1,21 +1,22 @@
-"""E165 G-3: do graph advantages identify progress better than GRPO and GiGPO? (spec agent-credit.md §7, G-3)
+"""E165 G-3: do graph advantages identify progress better than GRPO and GiGPO? (arXiv:2606.22995 [A])
 
 Behaviour rollouts whose steps carry an oracle label (did the step lower the distance to the goal?) are scored by
 the three estimators of ``methods/g2po`` on the same table; each estimator's advantage is read as a progress
-detector and summarised by its AUROC. G2PO here is **G2PO-style (reconstructed)** (spec §2.4 [R]).
+detector and summarised by its AUROC. G2PO here is **G2PO-style (reconstructed)** [R] (g2po README, The estimator).
+Setup and thresholds are the project's [R] (docs/methods/g2po.md, Claims and verdicts).
 
 Arms:
-- KeyDoor, slip 0, ε-oracle rollouts (the claim arm), with the two negative controls of spec §7:
+- KeyDoor, slip 0, ε-oracle rollouts (the claim arm), with the two pre-registered negative controls [R]:
   *shuffled keys* (node labels permuted among the visits of each group, node sizes preserved: the G2PO − GRPO gain
   must vanish) and *permuted labels* (every AUROC must sit at 0.5);
 - KeyDoor with slip 0.2 (P6: edge credit rewards lucky transitions): reported, no threshold;
 - TextWorld (games generated offline with ``tw-make``), uniform-random rollouts, labels from ``policy_commands``.
 
 The CIs come from one cluster bootstrap over whole groups, shared by all estimators (paired): the advantages of a
-group's rows depend on each other, so rows and even trajectories are not independent units. [R] (the spec says
+group's rows depend on each other, so rows and even trajectories are not independent units. [R] (the planned rule says
 "paired cluster bootstrap" without naming the cluster; groups are the conservative choice).
 
-G-3c is judged on the total advantage A = A^ep + ω·Â, as the spec words it. Observed 2026-11-25 (full): 23 % of
+G-3c is judged on the total advantage A = A^ep + ω·Â, as the claim words it. Observed 2026-11-25 (full): 23 % of
 the progress steps of failed KeyDoor runs get A > 0, while the graph term Â alone is positive on 58 %: the GRPO
 episode term (≈ −1 on failures under mean/std) outweighs the graph credit (reported as ``*_infail_share_g2po_graph``).
 
@@ -42,27 +43,27 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 @dataclass(frozen=True)
 class Setup:
     n_layouts: int = 16
-    """Calibrated KeyDoor layouts (spec §7 default setup: 16)."""
+    """Calibrated KeyDoor layouts (16: the E165 default setup [R])."""
     layout_seed: int = 0
     """First layout generation seed."""
     groups: int = 2000
-    """KeyDoor groups of the claim arm (spec §7 G-3: 2000)."""
+    """KeyDoor groups of the claim arm (2000 [R])."""
     group_size: int = 8
-    """Rollouts per group, N (spec §7: 8)."""
+    """Rollouts per group, N (8: GiGPO's group size [C])."""
     epsilon: float = 0.85
-    """ε of the ε-oracle behaviour policy. The spec fixes ε = 0.5 for G-1 only; at 0.5 KeyDoor succeeds 98 % of
+    """ε of the ε-oracle behaviour policy. G-1 fixes ε = 0.5 [R]; at 0.5 KeyDoor succeeds 98 % of
     the time (almost no failed runs to study). 0.85 was chosen before any advantage was computed, as the value
     whose success rate on dev seed 100 is nearest 50 % (0.8: 71 %, 0.9: 41 %). [R]"""
     slip_arm: float = 0.2
-    """Slip probability of the reported-only P6 arm (spec §7 G-3: slip 0.2)."""
+    """Slip probability of the reported-only P6 arm (slip 0.2 [R])."""
     slip_groups: int = 500
     """Groups of the slip arm."""
     tw_games: int = 20
-    """TextWorld games (spec §7 G-3: 20); 0 skips the arm."""
+    """TextWorld games (20 [R]); 0 skips the arm."""
     tw_rollouts: int = 8
-    """Random rollouts per TextWorld game (spec: 8)."""
+    """Random rollouts per TextWorld game (8 [R])."""
     tw_steps: int = 40
-    """Steps per TextWorld rollout (spec: 40)."""
+    """Steps per TextWorld rollout (40 [R])."""
     tw_seed0: int = 1000
     """First tw-make seed."""
     n_boot: int = 1000
@@ -79,22 +80,22 @@ SETUPS = {
 
 CLAIMS = (
     Claim("G-3a", "On KeyDoor, G2PO-style graph advantages detect progress steps better than GRPO: AUROC gain "
-          "≥ 0.10 (whole 95 % CI).", "[P] abstract (node values, edge TD); threshold spec §7 G-3",
+          "≥ 0.10 (whole 95 % CI).", "[P] abstract (node values, edge TD); threshold [R]",
           "not reported (ALFWorld +22.2 success points)", "kd_gain_g2po_grpo", ">=", 0.10),
     Claim("G-3b", "On KeyDoor, G2PO-style advantages beat GiGPO's anchor-state advantages: AUROC gain ≥ 0.03.",
-          "[P] abstract; threshold spec §7 G-3", "not reported", "kd_gain_g2po_gigpo", ">=", 0.03),
+          "[P] abstract; threshold [R]", "not reported", "kd_gain_g2po_gigpo", ">=", 0.03),
     Claim("G-3c", "Credit inside failures (P5): more than half of the progress steps of failed KeyDoor runs get a "
-          "positive G2PO-style advantage (GRPO: 0 % by construction).", "[D] spec §2.4 P5; threshold spec §7",
+          "positive G2PO-style advantage (GRPO: 0 % by construction).", "[D] g2po README P5; threshold [R]",
           "GraphGPO: ~22 % of steps in failed ALFWorld runs make progress [S]", "kd_infail_share_g2po", ">=", 0.5),
-    Claim("G-3d", "On TextWorld (random rollouts), G2PO-style − GRPO AUROC ≥ 0.10.", "[P]; spec §7 G-3",
+    Claim("G-3d", "On TextWorld (random rollouts), G2PO-style − GRPO AUROC ≥ 0.10.", "[P]; threshold [R]",
           "not reported", "tw_gain_g2po_grpo", ">=", 0.10),
-    Claim("G-3e", "On TextWorld, G2PO-style − GiGPO AUROC ≥ 0.03.", "[P]; spec §7 G-3", "not reported",
+    Claim("G-3e", "On TextWorld, G2PO-style − GiGPO AUROC ≥ 0.03.", "[P]; threshold [R]", "not reported",
           "tw_gain_g2po_gigpo", ">=", 0.03),
     Claim("G-3-NC-shuffle", "Negative control: with node labels shuffled among each group's visits (sizes kept), "
-          "the G2PO-style − GRPO AUROC gain falls to ≤ 0.02.", "spec §7 negative controls", "—",
+          "the G2PO-style − GRPO AUROC gain falls to ≤ 0.02.", "negative control [R]", "—",
           "kd_shuffled_gain_g2po_grpo", "<=", 0.02),
     *(Claim(f"G-3-NC-perm-{e}", f"Negative control: with progress labels permuted, the {e} AUROC is 0.5 ± 0.03.",
-            "spec §7 negative controls", "0.5", f"kd_perm_auroc_{e}", "in", 0.47, upper=0.53) for e in ESTIMATORS),
+            "negative control [R]", "0.5", f"kd_perm_auroc_{e}", "in", 0.47, upper=0.53) for e in ESTIMATORS),
 )
 
 

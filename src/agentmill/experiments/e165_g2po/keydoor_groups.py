@@ -14,7 +14,7 @@ from agentmill.envs.wrappers import UniqueObsWrapper
 from agentmill.methods.g2po.keys import FieldsKey
 
 KEY = FieldsKey(("description", "inventory"))
-"""The spec's default key for KeyDoor and TextWorld (§7 default setup)."""
+"""The default state key for KeyDoor and TextWorld [R] (docs/methods/g2po.md, Hyperparameters)."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class KeyDoorFactory:
 
 
 def keydoor_tasks(s: Any, config: KeyDoorConfig = KeyDoorConfig()) -> list[KeyDoorLayout]:
-    """``s.n_layouts`` calibrated layouts (random success in [0.05, 0.5], spec §6.2)."""
+    """``s.n_layouts`` calibrated layouts (random success in [0.05, 0.5] [R], ``envs.keydoor.layouts``)."""
     return layouts(s.n_layouts, seed=s.layout_seed, config=config)
 
 
@@ -46,4 +46,4 @@ def keydoor_rollouts(tasks: list[KeyDoorLayout], groups: int, group_size: int, e
 
 
 OBSERVABLE = KeyDoorConfig(trap=False, droppable=False, slip=0.0, max_steps=200)
-"""Spec §7 G-1: trap off, no droppable items, slip 0, max_steps 200."""
+"""G-1 setup [R]: trap off, no droppable items, slip 0, max_steps 200."""

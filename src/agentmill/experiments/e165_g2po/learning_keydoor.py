@@ -1,4 +1,6 @@
-"""E165 G-5 / G-6: at equal samples G2PO-style learns faster than GRPO; not when nothing repeats (spec §7).
+"""E165 G-5 / G-6: at equal samples G2PO-style learns faster than GRPO; not when nothing repeats [A][S].
+
+Setup and thresholds are the project's [R] (docs/methods/g2po.md, Claims and verdicts).
 
 ``methods/g2po/train.train_compare`` trains one fresh ``SoftmaxTablePolicy`` per (seed, estimator) on the same
 task order and rollout seeds (common random numbers), 4 groups of 8 rollouts per iteration, and evaluates the
@@ -11,11 +13,11 @@ per seed, paired.
 - **Constant key** (negative control): every observation becomes one node; G2PO-style must not beat GRPO
   (difference ≤ 0.03, whole 95 % CI).
 
-Learning rates: one per arm from the grid {0.1, 0.3, 1.0} by the mean AUC on dev seeds 100–102 (spec §7 default
-setup), with ``pg_step(normalize="trajectories")``, the normalisation that grid fits (``envs.policies.pg_step``).
+Learning rates: one per arm from the grid {0.1, 0.3, 1.0} by the mean AUC on dev seeds 100–102 (the E165 default
+setup [R]), with ``pg_step(normalize="trajectories")``, the normalisation that grid fits (``envs.policies.pg_step``).
 G-6 and the constant-key control reuse the lr chosen for G2PO in G-5 [R].
 
-Two [R] choices the spec leaves open: under UniqueObs the *policy* keys on the scrubbed state (a policy that saw
+Two [R] choices no source settles: under UniqueObs the *policy* keys on the scrubbed state (a policy that saw
 request ids could learn nothing at all, whatever the estimator; the AppWorld agent generalises across them), while
 the estimators key on the raw, unique observations. Because the ε-free softmax policy then sees exactly what it sees
 without the wrapper, and GRPO never reads observations, the GRPO arm under UniqueObs is the G-5 GRPO arm replayed
@@ -27,7 +29,7 @@ final step, δ = r̄_final − V̄); standardised over steps they give every fin
 one small malus, whatever the outcome: a step penalty plus a push on the last action. It beat GRPO by 0.07 AUC
 (not_supported); the pre-registered threshold stands.
 
-The spec's quick profile (30 iterations, 3 seeds) gives no verdict: its numbers are recorded as ``*_observed``
+The quick profile (30 iterations, 3 seeds) gives no verdict [R]: its numbers are recorded as ``*_observed``
 and only the full profile fills the claim metrics.
 """
 
@@ -64,21 +66,21 @@ class ConstantKey:
 @dataclass(frozen=True)
 class Setup:
     n_layouts: int = 16
-    """Calibrated KeyDoor layouts (spec §7 default setup: 16)."""
+    """Calibrated KeyDoor layouts (16: the E165 default setup [R])."""
     layout_seed: int = 0
     """First layout generation seed."""
     group_size: int = 8
-    """Rollouts per group, N (spec: 8)."""
+    """Rollouts per group, N (8: GiGPO's group size [C])."""
     tasks_per_iter: int = 4
-    """Groups per iteration (spec G-5: 4 tasks/iter)."""
+    """Groups per iteration (4 tasks/iter [R])."""
     iterations: int = 150
-    """Training iterations (spec G-5: 150; quick 30)."""
+    """Training iterations (150 [R]; quick 30)."""
     seeds: tuple[int, ...] = tuple(range(10))
-    """Test seeds (spec: 0–9; quick 3)."""
+    """Test seeds (0–9 [R]; quick 3)."""
     dev_seeds: tuple[int, ...] = (100, 101, 102)
-    """Seeds of the learning-rate selection (spec: 100–102)."""
+    """Seeds of the learning-rate selection (100–102 [R])."""
     lr_grid: tuple[float, ...] = (0.1, 0.3, 1.0)
-    """Learning-rate grid, chosen per arm on the dev seeds (spec §7)."""
+    """Learning-rate grid, chosen per arm on the dev seeds [R]."""
     dev_iterations: int = 150
     """Iterations of each dev run."""
     eval_every: int = 10
@@ -90,14 +92,14 @@ class Setup:
     constant_key_arm: bool = True
     """Run the constant-key negative control."""
     verdict: bool = True
-    """Judge the claims (the spec's quick profile gives no verdict: its numbers go to ``*_observed``,
+    """Judge the claims (the quick profile gives no verdict [R]: its numbers go to ``*_observed``,
     ``protocol.unjudged``)."""
 
 
 SETUPS = {
     "smoke": Setup(n_layouts=4, iterations=2, seeds=(0, 1), dev_seeds=(100,), lr_grid=(1.0,), dev_iterations=1,
                    eval_every=1, eval_episodes=8, verdict=False),
-    # quick is never judged (the spec judges only full): 2 seeds × 12 iterations show every arm and the learning
+    # quick is never judged (only full is, pre-registered [R]): 2 seeds × 12 iterations show every arm and the learning
     # curves (issue 24: 3 × 30 took 139 s of the main job on a 2-core AVX2 EPYC, 2026-11-28)
     "quick": Setup(iterations=12, seeds=(0, 1), dev_seeds=(100,), dev_iterations=12, verdict=False),
     "full": Setup(),
@@ -112,7 +114,7 @@ CLAIMS = (
           "within ±0.03 (90 % CI, TOST).", "[S] AppWorld margin < 3 points", "< 3 points (AppWorld)",
           "unique_auc_diff_g2po_grpo", "in", -0.03, upper=0.03),
     Claim("G-5-NC-const", "Negative control: with a constant state key (one node) G2PO-style does not beat GRPO "
-          "(difference ≤ 0.03, whole 95 % CI).", "spec §7 negative controls", "—",
+          "(difference ≤ 0.03, whole 95 % CI).", "negative control [R]", "—",
           "constkey_auc_diff_g2po_grpo", "<=", 0.03),
 )
 
@@ -199,8 +201,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["logs"] = {k: v.to_dict() for k, v in logs.items()}
     if s.verdict:
         return out
-    return unjudged(out, [c.metric for c in CLAIMS], f"{len(s.seeds)} seeds × {s.iterations} iterations: the spec "
-                                                     "judges only its full profile (10 seeds × 150 iterations)",
+    return unjudged(out, [c.metric for c in CLAIMS], f"{len(s.seeds)} seeds × {s.iterations} iterations: only the "
+                                                     "full profile is judged [R] (10 seeds × 150 iterations)",
                     ctx.data)
 
 

@@ -1,11 +1,11 @@
-"""E165 G-7: does the learning gain carry over to TextWorld? (spec agent-credit.md §7 G-7) [P]
+"""E165 G-7: does the learning gain carry over to TextWorld? (arXiv:2606.22995 [A]; setup and threshold [R])
 
 The G-5 comparison on games generated offline by ``tw-make`` (calibrated: random-policy success in [0.05, 0.6]):
 a tabular softmax policy keyed by (game, description, inventory) — ``SoftmaxTablePolicy`` puts the game's task id in
 its key — trained with GRPO, GiGPO and G2PO-style advantages at equal samples by ``train_compare``.
 Claim: success AUC G2PO-style − GRPO ≥ 0.03 with the whole 95 % CI above (bootstrap over seeds).
 
-TextWorld plays ~100 steps/s, so this is the expensive experiment (spec: 60 min full). The spec's quick profile
+TextWorld plays ~100 steps/s, so this is the expensive experiment (planned at 60 min full). The quick profile
 (2 games, 2 seeds, 5 iterations) is a smoke run with no verdict: its numbers go to ``*_observed``.
 
 Deviation [R]: one learning rate (1.0) for every arm instead of a per-arm grid search on dev seeds, which
@@ -31,19 +31,19 @@ from agentmill.methods.g2po.train import train_compare
 @dataclass(frozen=True)
 class Setup:
     n_games: int = 6
-    """Calibrated TextWorld games (spec §7 G-7: 6)."""
+    """Calibrated TextWorld games (6 [R])."""
     game_seed0: int = 1000
     """First tw-make seed."""
     group_size: int = 8
-    """Rollouts per group, N (spec: 8)."""
+    """Rollouts per group, N (8: GiGPO's group size [C])."""
     max_steps: int = 40
-    """Steps per rollout (spec: 40)."""
+    """Steps per rollout (40 [R])."""
     tasks_per_iter: int = 4
     """Groups per iteration (as G-5)."""
     iterations: int = 25
-    """Training iterations (spec: 25; quick 5)."""
+    """Training iterations (25 [R]; quick 5)."""
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    """Test seeds (spec: 5; quick 2)."""
+    """Test seeds (5 [R]; quick 2)."""
     lr: float = 1.0
     """One step size for every arm (deviation: no per-arm grid search on TextWorld)."""
     eval_every: int = 5
@@ -51,7 +51,7 @@ class Setup:
     eval_episodes: int = 24
     """Evaluation episodes per point, spread over the games."""
     verdict: bool = True
-    """Fill the claim metric (the spec's quick profile is smoke-only)."""
+    """Fill the claim metric (the quick profile is smoke-only [R])."""
 
 
 SETUPS = {

@@ -1,14 +1,16 @@
-"""E165 G-8 (and G-9's LM row): graph advantages as progress detectors on LM-policy rollouts (spec §7 G-8, G-9) [I].
+"""E165 G-8 (and G-9's LM row): graph advantages as progress detectors on LM-policy rollouts [I].
+
+Setup and thresholds are the project's [R] (docs/methods/g2po.md, Claims and verdicts).
 
 G-3 scores ε-oracle rollouts; here the behaviour policy is a real LM choosing among admissible commands
 (``lm.policy.CandidatePolicy``, SmolLM2-135M-Instruct with its one-shot prompt, T = 1). Its rollouts differ from the
 ε-oracle's in the way that matters for G2PO: an LM repeats itself (the same room, the same useless command), so
 states recur within and across trajectories, and its failures are long wanders rather than one bad step.
-G2PO here is **G2PO-style (reconstructed)** (spec §2.4 [R]).
+G2PO here is **G2PO-style (reconstructed)** [R] (g2po README, The estimator).
 
 World [R]: small held-out KeyDoor layouts (3 rooms, 1 lock, 1 distractor, trap; seeds from 1000, never used for any
-choice) instead of the spec's 8 held-out TextWorld games: the brief allows either, KeyDoor has exact oracle labels on
-every step and needs no ``tw-make`` in the run. 8 layouts × 8 rollouts × ≤ 15 steps (≈ 1k decisions), as the spec.
+choice) instead of 8 held-out TextWorld games (as planned): either fits the claim, KeyDoor has exact oracle labels on
+every step and needs no ``tw-make`` in the run. 8 layouts × 8 rollouts × ≤ 15 steps (≈ 1k decisions), as planned [R].
 
 Arms (the scoring is G-3's ``_arm``: AUROC(advantage → oracle progress) per estimator, paired cluster bootstrap over
 groups, shuffled-key and permuted-label controls):
@@ -19,10 +21,10 @@ groups, shuffled-key and permuted-label controls):
 
 G-9 LM row: (graph + advantages) / rollout wall time, where "graph + advantages" is the median of 3 timed
 ``g2po_advantages`` calls on the arm's table and "rollout" the wall time of ``collect_groups`` with the LM policy.
-Pre-registered < 0.5 % (spec §7 G-9, PERF-4; the paper's "< 0.5 % extra compute" [S]).
+Pre-registered < 0.5 % (G-9, PERF-4 [R]; the paper's "< 0.5 % extra compute" [S]).
 
 Quick/smoke run an untrained ``tiny:`` model at T = 20 (see e173_progress_lm_pair_distilled); their claim metrics are
-recorded as ``*_observed`` (no verdict: the spec gives G-8 no quick profile, and a tiny model's rollouts are both
+recorded as ``*_observed`` (no verdict: G-8 has no quick profile [R], and a tiny model's rollouts are both
 far cheaper and far more random than SmolLM2's, so neither AUROC nor overhead would speak for the claim).
 """
 
@@ -61,13 +63,13 @@ class Setup:
     one_shot: bool = True
     """One-shot example in the prompt (SmolLM2 follows a format only when shown one)."""
     n_layouts: int = 8
-    """Held-out layouts, one group each (spec §7 G-8: 8 games)."""
+    """Held-out layouts, one group each (8 [R])."""
     layout_seed: int = 1000
     """First layout seed (held out: never used to choose anything)."""
     group_size: int = 8
-    """Rollouts per group (spec §7 G-8: 8)."""
+    """Rollouts per group (8 [R])."""
     max_steps: int = 15
-    """Steps per rollout (spec §7 G-8: ≤ 15)."""
+    """Steps per rollout (≤ 15 [R])."""
     n_rooms: int = 3
     """KeyDoor rooms [R]: a uniform-random agent reaches the goal within 15 steps on 8 % of these layouts with 3
     rooms and on 1.6 % with 4 (measured on the held-out seeds before any LM run); without successes every
@@ -96,15 +98,15 @@ SETUPS = {
 CLAIM_METRICS = ("lm_gain_g2po_gigpo", "lm_gain_g2po_grpo", "uniq_gain_g2po_grpo", "lm_overhead_ratio")
 CLAIMS = (
     Claim("G-8a", "On LM-policy rollouts, G2PO-style advantages detect progress steps better than GiGPO's: AUROC gain "
-          "≥ 0.05 (whole 95 % CI).", "[I] spec §7 G-8 (the paper's setting is LM agents)",
+          "≥ 0.05 (whole 95 % CI).", "[I] the paper's setting is LM agents; threshold [R]",
           "not reported (ALFWorld +22.2 success points over GRPO)", "lm_gain_g2po_gigpo", ">=", 0.05),
-    Claim("G-8b", "On LM-policy rollouts, G2PO-style − GRPO AUROC ≥ 0.10.", "[I] spec §7 G-8", "not reported",
+    Claim("G-8b", "On LM-policy rollouts, G2PO-style − GRPO AUROC ≥ 0.10.", "[I]; threshold [R]", "not reported",
           "lm_gain_g2po_grpo", ">=", 0.10),
     Claim("G-8c", "Under UniqueObs (no repeated observation), the G2PO-style AUROC is within 0.02 of GRPO's.",
-          "[S] AppWorld pattern; [D] P1; spec §7 G-8", "< 3 points on AppWorld [S]", "uniq_gain_g2po_grpo", "in",
+          "[S] AppWorld pattern; [D] P1; threshold [R]", "< 3 points on AppWorld [S]", "uniq_gain_g2po_grpo", "in",
           -0.02, upper=0.02),
     Claim("G-9-LM", "With LM rollouts, graph + advantages cost < 0.5 % of the rollout wall time.",
-          "[S] '< 0.5 % extra compute'; threshold spec §7 G-9 / §8 PERF-4", "< 0.5 %", "lm_overhead_ratio", "<=",
+          "[S] '< 0.5 % extra compute'; threshold [R]", "< 0.5 %", "lm_overhead_ratio", "<=",
           0.005),
 )
 
@@ -131,7 +133,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores (spec §9)
+    torch.set_num_threads(1)  # [R] one thread per worker: 2 shared cores
     out: dict[str, Estimate] = {}
     try:
         t0 = time.perf_counter()
@@ -209,7 +211,7 @@ EXPERIMENT = Experiment(
     reads=models_read("model"),
     scale_note="G2PO-style (reconstructed) [R]. Behaviour = SmolLM2-135M CandidatePolicy (T = 1, one-shot prompt, "
                "1 thread) on 8 held-out small KeyDoor layouts (3 rooms, 1 lock, 1 distractor, trap) × 8 rollouts × "
-               "≤ 15 steps, instead of the spec's TextWorld games [R]; UniqueObs arm with fresh LM rollouts. The "
+               "≤ 15 steps, instead of TextWorld games [R]; UniqueObs arm with fresh LM rollouts. The "
                "paper trains 1.5B-7B LMs on ALFWorld/WebShop and reports success, not AUROC. Quick/smoke: untrained "
                "tiny model at T = 100, no verdict.",
 )

@@ -1,9 +1,9 @@
-"""E165 G-10 (optional, no verdict): GRPO vs GiGPO vs G2PO-style training an LM policy with LoRA (spec §7 G-10).
+"""E165 G-10 (optional, no verdict): GRPO vs GiGPO vs G2PO-style training an LM policy with LoRA [R].
 
 The LM arm of ``g2po.train_compare``: one SmolLM2-135M-Instruct ``CandidatePolicy`` with a fresh LoRA (r 8, α 16,
-q/v; AdamW lr 1e-4, spec §6.4) per estimator (``policy_factory = policy.reset``: same initial weights, same task
+q/v; AdamW lr 1e-4 [R]) per estimator (``policy_factory = policy.reset``: same initial weights, same task
 order, same rollout seeds), 1 seed, 10 iterations on tiny KeyDoor training layouts, then the sampled-policy success
-of each arm on held-out layouts. One seed and a 135M model on a CPU cannot separate the arms: the spec makes this a
+of each arm on held-out layouts. One seed and a 135M model on a CPU cannot separate the arms: the project makes this a
 smoke test of the LM training path and registers its claim as not judged by design (the claim's metric is never
 recorded under its judged name: the numbers are ``*_observed``, through ``protocol.unjudged``). G2PO here is
 G2PO-style (reconstructed) [R].
@@ -49,23 +49,23 @@ class Setup:
     n_test_layouts: int = 8
     """Held-out layouts (seeds from 1000)."""
     iterations: int = 10
-    """Training iterations per arm (spec §7 G-10: 10)."""
+    """Training iterations per arm (10 [R])."""
     group_size: int = 8
     """Rollouts per group (N = 8)."""
     tasks_per_iter: int = 1
     """Groups per iteration [R]. A SmolLM2 training row costs ~2.5 s on one CPU thread (decision 0.3-0.8 s, autograd
-    step ~1.9 s; measured 2026-11-25), so 3 arms × 10 × 1 × 8 rollouts × ≤ 12 steps ≈ 1.5-2 h; the spec's 45 min
+    step ~1.9 s; measured 2026-11-25), so 3 arms × 10 × 1 × 8 rollouts × ≤ 12 steps ≈ 1.5-2 h; the planned 45 min
     assumes a lent GPU."""
     max_steps: int = 12
     """Steps per rollout."""
     lr: float = 1e-4
-    """AdamW step size (spec §6.4 LM arm: 1e-4)."""
+    """AdamW step size (1e-4 [R], as ``lm.policy.LoRACandidatePolicy``)."""
     eval_episodes: int = 16
     """Sampled-policy evaluation episodes on the training layouts (train_compare's curve: start and end)."""
     heldout_rollouts: int = 4
     """Rollouts per held-out layout after training."""
     seed: int = 0
-    """The one seed (spec §7 G-10: 1 seed)."""
+    """The one seed (1 seed [R])."""
 
 
 SETUPS = {
@@ -73,7 +73,7 @@ SETUPS = {
                    n_train_layouts=1, n_test_layouts=1, iterations=1, group_size=2, tasks_per_iter=1, max_steps=4,
                    lr=1e-3, eval_episodes=2, heldout_rollouts=2),
     # G-10 is never judged (a smoke test of LoRA training by design); quick trains 5 iterations × 4 held-out layouts
-    # (issue 24: 10 × 8 took 101 s of the main job on a 2-core AVX2 EPYC, 2026-11-28); full keeps the spec's 10
+    # (issue 24: 10 × 8 took 101 s of the main job on a 2-core AVX2 EPYC, 2026-11-28); full keeps the planned 10
     "quick": Setup(model="tiny:new?d=32&max_len=1024&seed=1", temperature=100.0, one_shot=False, lr=3e-3,
                    max_steps=20, iterations=5, n_test_layouts=4),
     "full": Setup(),
@@ -82,7 +82,7 @@ SETUPS = {
 CLAIMS = (
     Claim("G-10", "(Optional smoke, no verdict by design) With SmolLM2 + LoRA, G2PO-style training reaches at least "
           "GRPO's held-out success. One seed cannot decide this; the claim stays INCONCLUSIVE.",
-          "[P] G2PO trains LM agents; spec §7 G-10 (no threshold)", "+22.2 points over GRPO (ALFWorld, 1.5B-7B)",
+          "[P] G2PO trains LM agents; [R] no threshold", "+22.2 points over GRPO (ALFWorld, 1.5B-7B)",
           "heldout_gain_g2po_grpo", ">=", 0.0),
 )
 
@@ -91,7 +91,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores (spec §9)
+    torch.set_num_threads(1)  # [R] one thread per worker: 2 shared cores
     out: dict[str, Estimate] = {}
     try:
         pair = build_pair(s.model, temperature=s.temperature, one_shot=s.one_shot, lr=s.lr)
@@ -123,9 +123,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data["model"] = s.model
     finally:
         torch.set_num_threads(threads)
-    # never under the claim's metric name, at any profile: not judged by design (spec §7 G-10)
+    # never under the claim's metric name, at any profile: not judged by design [R]
     return unjudged(out, ("heldout_gain_g2po_grpo", "heldout_gain_g2po_gigpo"),
-                    "1 seed by design: the spec registers G-10 as a smoke test of LoRA training, never judged",
+                    "1 seed by design: G-10 is registered as a smoke test of LoRA training, never judged [R]",
                     ctx.data)
 
 

@@ -1,4 +1,6 @@
-"""E165 G-4: without repeated states G2PO collapses to GRPO; the gain tracks the repeat rate (spec §7 G-4, P1).
+"""E165 G-4: without repeated states G2PO collapses to GRPO; the gain tracks the repeat rate ([D] P1, g2po README; [S]).
+
+Setup and thresholds are the project's [R] (docs/methods/g2po.md, Claims and verdicts).
 
 The issue's negative control, "no repeated states ⇒ G2PO equals GRPO exactly", measured on real rollouts:
 
@@ -48,7 +50,7 @@ class Setup:
     epsilon: float = 0.85
     """ε-oracle behaviour policy, as in G-3."""
     ps: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    """UniqueObs probabilities of the sweep (spec §7 G-4)."""
+    """UniqueObs probabilities of the sweep [R]."""
     n_boot: int = 1000
     """Cluster-bootstrap resamples (clusters = groups)."""
     seed: int = 1000
@@ -63,19 +65,19 @@ SETUPS = {
 
 CLAIMS = (
     Claim("G-4a", "No repeated states, unique start: G2PO-style advantages equal GRPO's exactly (max |diff| "
-          "< 1e-12) — the issue's negative control.", "[D] spec §2.4 P1", "AppWorld: G2PO ≈ GRPO (< 3 points) [S]",
+          "< 1e-12) — the issue's negative control.", "[D] g2po README P1", "AppWorld: G2PO ≈ GRPO (< 3 points) [S]",
           "unique_start_max_diff", "<=", 1e-12, judge_on="exact",
           exact_why="an algebraic identity checked on constructed tables, a floating-point difference against 1e-12: "
                     "no sampling"),
     Claim("G-4b", "No repeated states, shared start: rows t ≥ 1 equal GRPO to 1e-12 (only the first action gets a "
-          "graph term).", "[D] spec §2.4 P1", "—", "shared_start_max_diff_t_ge_1", "<=", 1e-12, judge_on="exact",
+          "graph term).", "[D] g2po README P1", "—", "shared_start_max_diff_t_ge_1", "<=", 1e-12, judge_on="exact",
           exact_why="an algebraic identity checked on constructed tables, a floating-point difference against 1e-12: "
                     "no sampling"),
     Claim("G-4c", "The G2PO-style − GRPO AUROC gain tracks the repeat rate: Spearman(gain, 1 − p) ≥ 0.8 over "
-          "p ∈ {0, .25, .5, .75, 1} (whole 95 % CI).", "[S] AppWorld < 3 points; spec §7 G-4", "—",
+          "p ∈ {0, .25, .5, .75, 1} (whole 95 % CI).", "[S] AppWorld < 3 points; threshold [R]", "—",
           "spearman_gain_vs_repeat", ">=", 0.8),
     Claim("G-4d", "Positive control: ScrubbedKey(UNIQUE_OBS_PATTERN) at p = 1 restores the p = 0 gain to within 0.02 "
-          "(|difference|, whole 95 % CI).", "spec §7 G-4", "—", "scrubbed_gain_abs_diff", "<=", 0.02),
+          "(|difference|, whole 95 % CI).", "threshold [R]", "—", "scrubbed_gain_abs_diff", "<=", 0.02),
 )
 
 

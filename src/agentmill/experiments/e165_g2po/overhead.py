@@ -1,4 +1,4 @@
-"""E165 G-9 and spec §8 PERF-1..4: what the graph bookkeeping costs, measured side by side in one run.
+"""E165 G-9 and PERF-1..4 (project targets [R]): what the graph bookkeeping costs, measured side by side in one run.
 
 - **PERF-1** env steps/s of KeyDoor vs TextWorld, uniform-random policy, one process.
 - **PERF-2** ``g2po_advantages`` wall time per 1k steps at ~1k, 10k and 100k steps (groups of 8 × 30 steps with
@@ -6,7 +6,7 @@
 - **PERF-3** ``gigpo_advantages`` against a plain row-by-row reference loop with the same outputs (checked to
   1e-12) at 10k steps.
 - **PERF-4 / G-9** (graph + advantages) / rollout wall time with a tabular softmax policy, on KeyDoor (reported)
-  and TextWorld (claim < 1 %). The LM row of the spec (< 0.5 %, G-8 data) is not measured here: the LM arm is
+  and TextWorld (claim < 1 %). The LM row (< 0.5 %, G-8 data) is not measured here: the LM arm is
   not built.
 
 Every claim is a timing, so each is measured ``repeats`` times and judged on the geometric mean with its Student-t
@@ -81,18 +81,18 @@ SETUPS = {
 
 CLAIMS = (
     Claim("G-9", "Graph bookkeeping is negligible next to rollouts: (graph + advantages) / rollout wall time < 1 % "
-          "with a tabular policy on TextWorld.", "[S] '< 0.5 % extra compute'; threshold spec §7 G-9",
+          "with a tabular policy on TextWorld.", "[S] '< 0.5 % extra compute'; threshold [R]",
           "< 0.5 % (LM rollouts)", "tw_overhead_ratio", "<=", 0.01),
-    Claim("PERF-1a", "KeyDoor runs ≥ 10,000 random-policy steps/s on one core.", "spec §8 PERF-1", "—",
+    Claim("PERF-1a", "KeyDoor runs ≥ 10,000 random-policy steps/s on one core.", "[R] project target", "—",
           "keydoor_steps_per_s", ">=", 10_000),
-    Claim("PERF-1b", "KeyDoor is ≥ 50× faster than TextWorld per step.", "spec §8 PERF-1",
+    Claim("PERF-1b", "KeyDoor is ≥ 50× faster than TextWorld per step.", "[R] project target",
           "not reported (our design estimate: TextWorld ≈ 100 steps/s)", "keydoor_over_textworld_speed", ">=", 50),
     Claim("PERF-2a", "g2po_advantages costs ≤ 5 ms per 1k steps at 1k, 10k and 100k steps (the worst of the three).",
-          "spec §8 PERF-2", "—", "g2po_ms_per_1k_max", "<=", 5.0),
-    Claim("PERF-2b", "g2po_advantages scales within 1.5× of linear (max/min of the per-1k times).", "spec §8 PERF-2",
+          "[R] project target", "—", "g2po_ms_per_1k_max", "<=", 5.0),
+    Claim("PERF-2b", "g2po_advantages scales within 1.5× of linear (max/min of the per-1k times).", "[R] target",
           "—", "g2po_linearity", "<=", 1.5),
     Claim("PERF-3", "gigpo_advantages is ≥ 10× faster than a row-by-row reference loop with the same outputs at "
-          "10k steps.", "spec §8 PERF-3 (verl-agent's per-row loop)", "—", "gigpo_speedup_vs_loop", ">=", 10),
+          "10k steps.", "[R] project target (verl-agent's per-row loop)", "—", "gigpo_speedup_vs_loop", ">=", 10),
 )
 
 

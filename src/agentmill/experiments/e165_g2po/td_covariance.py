@@ -1,4 +1,4 @@
-"""E165 G-2: correlated node values cancel noise in the TD error (spec agent-credit.md §7 G-2, property P4) [P].
+"""E165 G-2: correlated node values cancel noise in the TD error (arXiv:2606.22995 [A]; property P4 [D], g2po README).
 
 Var δ = Var V̂(u) + Var V̂(v) − 2·Cov(V̂(u), V̂(v)). Visits that pass through u and then v share their suffix
 returns, so Cov > 0 and the edge's TD error is less noisy than its two node values apart. Measured by resampling:
@@ -41,7 +41,7 @@ class Setup:
     layout_seed: int = 0
     """First layout generation seed."""
     resamples: int = 400
-    """Independent groups per task (spec §7 G-2: 400 resampled groups)."""
+    """Independent groups per task (400 resampled groups [R])."""
     group_size: int = 8
     """Rollouts per group, N."""
     epsilon: float = 0.5
@@ -49,7 +49,7 @@ class Setup:
     gamma: float = 0.95
     """Discount."""
     min_presence: float = 0.5
-    """Edges judged: present in at least this share of resamples (spec §7 G-2: 50 %)."""
+    """Edges judged: present in at least this share of resamples (50 % [R])."""
     n_boot: int = 500
     """Bootstrap resamples (over the resampled groups)."""
     seed: int = 1000
@@ -65,7 +65,7 @@ SETUPS = {
 CLAIMS = (
     Claim("G-2", "On ≥ 90 % of recurring edges, successive node values are positively correlated and the TD error "
           "has less variance than the two node values' variances summed.",
-          "[P] abstract (lower-variance values); [D] spec §2.4 P4; threshold spec §7 G-2", "qualitative",
+          "[P] abstract (lower-variance values); [D] README P4; threshold [R]", "qualitative",
           "share_edges_pass", ">=", 0.9),
 )
 

@@ -1,4 +1,4 @@
-"""E165 G-1: node-averaged values beat single-trajectory returns (spec agent-credit.md §7 G-1) [P].
+"""E165 G-1: node-averaged values beat single-trajectory returns (arXiv:2606.22995 [A]; setup and threshold [R]).
 
 G2PO's node value V̂(u) is the mean discounted return over every visit of u in the group; the alternative a
 critic-free method has is the return of the one trajectory that made the visit (Monte Carlo). Both estimate
@@ -33,19 +33,19 @@ from agentmill.methods.g2po import build_state_graph
 @dataclass(frozen=True)
 class Setup:
     n_layouts: int = 16
-    """KeyDoor layouts (spec §7 default: 16; uncalibrated here, since calibration is for learning signal)."""
+    """KeyDoor layouts (16 as the E165 default [R]; uncalibrated here, since calibration is for learning signal)."""
     layout_seed: int = 0
     """First layout generation seed."""
     groups: int = 500
-    """Groups of rollouts (spec §7 G-1: 500)."""
+    """Groups of rollouts (500 [R])."""
     group_size: int = 8
     """Rollouts per group, N."""
     epsilon: float = 0.5
-    """ε of the fixed ε-oracle policy (spec §7 G-1: 0.5)."""
+    """ε of the fixed ε-oracle policy (0.5 [R])."""
     gamma: float = 0.95
-    """Discount (spec §7 default)."""
+    """Discount (0.95: GiGPO's launch scripts [C])."""
     min_visits: int = 4
-    """Nodes compared: at least this many visits (spec §7 G-1: ≥ 4)."""
+    """Nodes compared: at least this many visits (≥ 4 [R])."""
     n_boot: int = 2000
     """Paired bootstrap resamples over groups."""
     seed: int = 1000
@@ -61,7 +61,7 @@ SETUPS = {
 CLAIMS = (
     Claim("G-1", "Node-averaged values (mean return over every visit of a state in the group) estimate V^π with at "
           "most half the MSE of single-trajectory returns, on nodes with ≥ 4 visits.",
-          "[P] abstract: 'aggregated over its state group (less variance)'; threshold spec §7 G-1",
+          "[P] abstract: 'aggregated over its state group (less variance)'; threshold [R]",
           "qualitative (no number)", "mse_ratio_node_over_mc", "<=", 0.5),
 )
 

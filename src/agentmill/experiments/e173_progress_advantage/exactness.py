@@ -1,4 +1,6 @@
-"""E173 P-1: β·log(π*/π_ref) = A* exactly, stochastic MDPs included (spec agent-credit.md §2.7, §7 P-1) [P].
+"""E173 P-1: β·log(π*/π_ref) = A* exactly, stochastic MDPs included (arXiv:2606.26080 [A]).
+
+Setup and thresholds are the project's [R] (docs/methods/progress_advantage.md, Claims and verdicts).
 
 The issue's "exactness check on small KL-regularised MDPs solved exactly". On random 20-state, 4-action MDPs
 (deterministic, Dirichlet α = 0.1 and α = 1 transitions) with β ∈ {0.1, 1}:
@@ -11,7 +13,7 @@ The issue's "exactness check on small KL-regularised MDPs solved exactly". On ra
 
 Also reported, no claim: the same identity through the full LM scorer (``scorer_exactness``: canned token
 scorers that *are* π* and π_ref, free-text and candidates modes). This is an algebraic claim: "supported" says the
-code is right, nothing about agents (§5 pitfall 16).
+code is right, nothing about agents (progress_advantage README, Caveats).
 
 Deviation [R]: for (c) each MDP gets a uniform start distribution, because the exact gradient is weighted by the
 discounted visitation d^π and a state never reached from state 0 (common with deterministic P) would never train,
@@ -42,21 +44,21 @@ from agentmill.methods.progress_advantage.exactness import (MDP_KINDS, exactness
 @dataclass(frozen=True)
 class Setup:
     n_mdps: int = 50
-    """Random MDPs (spec §7 P-1: 50); MDP i has kind ``kinds[i % 3]`` and seed ``seed + i``."""
+    """Random MDPs (50 [R]); MDP i has kind ``kinds[i % 3]`` and seed ``seed + i``."""
     n_states: int = 20
-    """States per MDP (spec §7 P-1: 20)."""
+    """States per MDP (20 [R])."""
     n_actions: int = 4
-    """Actions per state (spec §7 P-1: 4)."""
+    """Actions per state (4 [R])."""
     gamma: float = 0.9
-    """Discount (spec §2.9 ``random_mdp`` default)."""
+    """Discount (the ``core.tabular_mdp.random_mdp`` default)."""
     betas: tuple[float, ...] = (0.1, 1.0)
-    """KL coefficients (spec §7 P-1: β ∈ {0.1, 1})."""
+    """KL coefficients (β ∈ {0.1, 1} [R])."""
     kinds: tuple[str, ...] = ("det", "dir0.1", "dir1")
-    """Transition families (spec §7 P-1: deterministic and Dirichlet α ∈ {0.1, 1})."""
+    """Transition families (deterministic and Dirichlet α ∈ {0.1, 1} [R])."""
     kl_pg_mdps: int = 50
     """MDPs (first ones) used for part (c)."""
     kl_pg_steps: tuple[int, ...] = (0, 50, 100, 200, 400, 1000)
-    """K at which the KL-PG error is recorded (spec §7 P-4's K grid, extended to 1000)."""
+    """K at which the KL-PG error is recorded (P-4's pre-registered K grid [R], extended to 1000)."""
     kl_pg_lr: float = 5.0
     """KL-PG step size (the method's unit test value, fixed before any run)."""
     scorer_mdps: int = 6
@@ -75,16 +77,16 @@ SETUPS = {
 
 CLAIMS = (
     Claim("P-1a", "π* from soft value iteration: β·log(π*/π_ref) equals A* = Q* − V* to < 1e-8 on every live valid "
-          "(s, a) of every MDP, stochastic ones included.", "[P] §2.7 identity; threshold spec §7 P-1",
+          "(s, a) of every MDP, stochastic ones included.", "[P] abstract, the identity; threshold [R]",
           "exact (theory)", "max_err_vi", "<=", 1e-8, judge_on="exact",
           exact_why="exact dynamic programming on enumerated MDPs, no sampling: a numerical identity checked on every "
                     "live (s, a) to its tolerance"),
     Claim("P-1b", "π from soft policy iteration (independent of the soft max): β·log(π/π_ref) equals A* to < 1e-8.",
-          "[P] §2.7; threshold spec §7 P-1", "exact (theory)", "max_err_spi", "<=", 1e-8, judge_on="exact",
+          "[P] abstract; threshold [R]", "exact (theory)", "max_err_spi", "<=", 1e-8, judge_on="exact",
           exact_why="exact dynamic programming on enumerated MDPs, no sampling: a numerical identity checked on every "
                     "live (s, a) to its tolerance"),
     Claim("P-1c", "Exact-gradient KL-PG from π_ref: the identity error falls with training steps K (mean over MDPs "
-          "of Spearman(K, error) ≤ −0.9, whole 95 % CI).", "[P] 'exact at the KL optimum'; threshold spec §7 P-1",
+          "of Spearman(K, error) ≤ −0.9, whole 95 % CI).", "[P] 'exact at the KL optimum'; threshold [R]",
           "—", "kl_pg_spearman_mean", "<=", -0.9),
 )
 
@@ -189,7 +191,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    scale_note="Algebraic claim [P], checked on code (§5 pitfall 16): random 20 × 4 MDPs (deterministic, Dirichlet "
+    scale_note="Algebraic claim [P], checked on code (README caveats): random 20 × 4 MDPs (deterministic, Dirichlet "
                "α = 0.1, 1), γ = 0.9, β ∈ {0.1, 1}, exact solvers in float64; no LM. Part (c) uses a uniform start "
                "distribution [R]. The paper states the identity as a theorem; it has no numeric counterpart.",
 )

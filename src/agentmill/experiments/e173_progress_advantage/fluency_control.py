@@ -1,7 +1,7 @@
-"""E173 P-5: dividing by π_ref removes fluency (spec agent-credit.md §7 P-5) [P].
+"""E173 P-5: dividing by π_ref removes fluency (arXiv:2606.26080 [A]; setup and threshold [R]).
 
 A policy's own log-prob rewards what is *fluent* under its pre-training, not what makes progress. When the correct
-moves are rare under π_ref (here ≈ 2 % of the reference mass, the spec's p ≈ 0.02) and training is short, log π_K
+moves are rare under π_ref (here ≈ 2 % of the reference mass, p ≈ 0.02 [R]) and training is short, log π_K
 still ranks fluent no-ops above progress; the progress score β·log(π_K/π_ref) divides the prior out.
 
 Setup: the P-4 world and machinery (``fluency_keydoor``): KeyDoor with trap, exact model; π_ref puts
@@ -11,7 +11,7 @@ outcomes); π_K after K ∈ {0, 10, 25, 50} exact-gradient KL-PG steps (β = 0.1
 step labels from the oracle distance.
 
 Claim P-5 (pre-registered at K = 50, the "short KL-PG"): step-error AUROC(progress) − AUROC(log π_K) ≥ 0.15, whole
-95 % paired cluster-bootstrap CI (clusters = trajectories). Quick records ``*_observed`` (no verdict, spec §7).
+95 % paired cluster-bootstrap CI (clusters = trajectories). Quick records ``*_observed`` (no verdict [R]).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Setup:
     gamma: float = 0.95
     """Discount."""
     target_ref_p: float = 0.02
-    """Mean π_ref mass on correct (shortest-plan) moves (spec §7 P-5: p ≈ 0.02)."""
+    """Mean π_ref mass on correct (shortest-plan) moves (P-5 setup [R]: p ≈ 0.02)."""
     Ks: tuple[int, ...] = (0, 10, 25, 50)
     """KL-PG steps graded."""
     verdict_K: int = 50
@@ -69,7 +69,7 @@ SETUPS = {
 CLAIMS = (
     Claim("P-5", "With correct moves rare under π_ref (p ≈ 0.02) and short KL-PG, the progress score beats the raw "
           "policy log-prob at flagging non-progress steps by ≥ 0.15 AUROC (paired, whole 95 % CI).",
-          "[P] the ratio removes fluency/prior effects; threshold spec §7 P-5", "—", "auroc_gap_progress_logprob",
+          "[P] the ratio removes fluency/prior effects; threshold [R]", "—", "auroc_gap_progress_logprob",
           ">=", 0.15),
 )
 
@@ -130,7 +130,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["seconds"] = time.perf_counter() - t0
     if not s.judged:
         out = unjudged(out, ("auroc_gap_progress_logprob",), f"{s.n_layouts} layouts × {s.rollouts_per_layout} "
-                       "rollouts: spec §7 gives this size no verdict (full: 16 × 64)", ctx.data)
+                       "rollouts: too small for a verdict, pre-registered [R] (full: 16 × 64)", ctx.data)
     return out
 
 

@@ -17,7 +17,7 @@ from agentmill.envs.keydoor import KeyDoorConfig, KeyDoorEnv, KeyDoorLayout
 from agentmill.methods.progress_advantage import tabular_progress_advantage
 
 TRAP_WORLD = KeyDoorConfig(trap=True, droppable=False, slip=0.0, max_steps=30)
-"""Spec §7 P-4: KeyDoor with trap; droppable=False keeps the exact model small [R]."""
+"""P-4 setup [R]: KeyDoor with trap; droppable=False keeps the exact model small [R]."""
 
 
 NO_OPS = ("look", "wait", "inventory")
@@ -29,16 +29,16 @@ class GraderParams:
     can be passed."""
 
     beta: float = 0.1
-    """KL coefficient of training and of the score (spec §7 P-4: 0.1)."""
+    """KL coefficient of training and of the score (0.1 [R]; docs/methods/progress_advantage.md)."""
     gamma: float = 0.95
-    """Discount (spec §7 default)."""
+    """Discount (0.95, as GiGPO's launch scripts [C]; the project default for KeyDoor)."""
     fluency_logit: float = 2.0
-    """Reference logit on no-ops and distractor actions (spec §7 P-4: +2)."""
+    """Reference logit on no-ops and distractor actions (+2, the P-4 "fluency prior" [R])."""
     target_ref_p: float = 0.0
     """If > 0, ignore ``fluency_logit`` and pick it per layout so that π_ref puts this mean mass on the first moves
     of shortest plans (P-5: 0.02)."""
     mc_k: int = 4
-    """Monte Carlo rollouts per estimate (spec §7 P-4: k = 4)."""
+    """Monte Carlo rollouts per estimate (k = 4 [R], cost reported)."""
 
 
 class Task(NamedTuple):

@@ -1,19 +1,21 @@
-"""E173 P-4: an approximately KL-trained pair still grades steps (spec agent-credit.md §7 P-4) [P].
+"""E173 P-4: an approximately KL-trained pair still grades steps (arXiv:2606.26080 [A]).
+
+Setup and thresholds are the project's [R] (docs/methods/progress_advantage.md, Claims and verdicts).
 
 World: KeyDoor with the trap (6 rooms, 2 locks, 2 distractors, a well that destroys a needed key: a crisp decisive
 error), ``droppable=False`` so the exact model stays small (~100-300 states) [R], γ = 0.95, 30 steps.
 
 Pair: π_ref is a "fluency prior" — softmax over admissible commands with logit +2 on no-ops (look, wait, inventory,
-examine …) and distractor actions (take/examine a lamp, book, …), 0 otherwise (spec §7 P-4). π_K is π_ref after K
+examine …) and distractor actions (take/examine a lamp, book, …), 0 otherwise [R]. π_K is π_ref after K
 steps of exact-gradient KL-regularised policy gradient (β = 0.1, ``kl_pg_exact`` on the layout's exact model; start
 state only) — approximately trained for small K, the optimum only as K → ∞. K ∈ {0, 50, 100, 200, 400}.
-Deviation [R]: the spec says "tabular KL-PG"; the exact gradient is used instead of a sampled one (no sampling noise
+Deviation [R]: the P-4 setup is tabular KL-PG; the exact gradient is used instead of a sampled one (no sampling noise
 in the pair, so the curve vs K isolates how far from the optimum the grader still works). lr was chosen on dev
 layouts (seeds from 100), never on the test layouts (seeds from 0).
 
 Graded episodes: for each layout, groups of 8 rollouts of π_K (the agent being graded), simulated on the exact
 model. Step labels: progress_t = 1 when the oracle distance to the goal fell, 0 otherwise; steps taken from a dead
-end (after the key went into the well) are unknown (−1) and excluded with a count (spec §9: no plan, label −1) [R].
+end (after the key went into the well) are unknown (−1) and excluded with a count [R] (no plan exists there).
 
 Step scorers (higher = better step):
 - ``progress``: β·log(π_K/π_ref)(s, a) — the paper's grader (free for a trained pair);
@@ -23,11 +25,11 @@ Step scorers (higher = better step):
 - ``mc``: Monte Carlo advantage with k = 4: mean return of 4 rollouts from (s, a) minus that of 4 from s, under π_K
   for the remaining horizon (extra env steps reported as its cost);
 - ``oracle``: the exact A*(s, a) of the KL-regularised problem (an upper reference, not a baseline one can run).
-Trajectory scores: sum of step scores (pre-registered, §2.8) for progress/logprob/mc/oracle, mean for
+Trajectory scores: sum of step scores (method README deviation 4) for progress/logprob/mc/oracle, mean for
 self_certainty, and ``last_step`` = the progress score of the final step (the paper's ``last`` aggregation) [R]:
-the spec's "last-step" baseline is read as that for best-of-N/UQ and as "blame the last step" for attribution.
+the pre-registered "last-step" baseline is read as that for best-of-N/UQ and as "blame the last step" for attribution.
 
-Claims at K = 400 (pre-registered; the quick profile records ``*_observed`` and gives no verdict, spec §7):
+Claims at K = 400 (pre-registered; the quick profile records ``*_observed`` and gives no verdict [R]):
 - P-4a step-error AUROC of ``progress`` ≥ 0.8; P-4b it exceeds the log-prob baseline by ≥ 0.10 (paired cluster
   bootstrap over trajectories);
 - P-4c best-of-8 success by summed progress score − random pick (group mean success) ≥ 0.10 (bootstrap over groups);
@@ -69,7 +71,7 @@ TRAJ_SCORERS = ("progress", "logprob", "self_certainty", "last_step", "mc", "ora
 @dataclass(frozen=True)
 class Setup:
     n_layouts: int = 16
-    """Calibrated KeyDoor layouts (spec §7 default: 16)."""
+    """Calibrated KeyDoor layouts (16: the E165/E173 default setup [R])."""
     layout_seed: int = 0
     """First layout seed (test layouts; dev layouts for lr start at 100)."""
     groups_per_layout: int = 8
@@ -77,27 +79,27 @@ class Setup:
     group_size: int = 8
     """Rollouts per group (best-of-8)."""
     beta: float = 0.1
-    """KL coefficient of training and of the score (spec §7 P-4: 0.1)."""
+    """KL coefficient of training and of the score (0.1 [R]; docs/methods/progress_advantage.md)."""
     gamma: float = 0.95
-    """Discount (spec §7 default)."""
+    """Discount (0.95, as GiGPO's launch scripts [C]; the project default for KeyDoor)."""
     fluency_logit: float = 2.0
-    """Reference logit on no-ops and distractor actions (spec §7 P-4: +2)."""
+    """Reference logit on no-ops and distractor actions (+2, the P-4 "fluency prior" [R])."""
     target_ref_p: float = 0.0
     """If > 0, ignore ``fluency_logit`` and pick it per layout so that π_ref puts this mean mass on the first moves
     of shortest plans (P-5: 0.02)."""
     Ks: tuple[int, ...] = (0, 5, 10, 20, 50, 100, 200, 400)
-    """KL-PG steps at which the pair is graded: the spec's grid {0, 50, 100, 200, 400} plus 5, 10, 20 (reported
+    """KL-PG steps at which the pair is graded: the planned [R] grid {0, 50, 100, 200, 400} plus 5, 10, 20 (reported
     only) because the grader already saturates by K = 50."""
     verdict_K: int = 400
-    """The K the claims are judged at (pre-registered: the last of the spec's grid)."""
+    """The K the claims are judged at (pre-registered [R]: the last of that grid)."""
     lr: float = 20.0
     """Exact-gradient KL-PG step size, chosen on dev layouts (seed 100..) before the test run."""
     mc_k: int = 4
-    """Monte Carlo rollouts per estimate (spec §7 P-4: k = 4)."""
+    """Monte Carlo rollouts per estimate (k = 4 [R], cost reported)."""
     n_boot: int = 1000
     """Cluster-bootstrap resamples at the verdict K (a quarter of this at the other K)."""
     judged: bool = True
-    """False: claim metrics are recorded as ``*_observed`` (the spec's quick profile gives no verdict)."""
+    """False: claim metrics are recorded as ``*_observed`` (the quick profile gives no verdict [R])."""
     seed: int = 1000
     """Rollout seed."""
 
@@ -110,30 +112,30 @@ SETUPS = {
 
 CLAIMS = (
     Claim("P-4a", "At K = 400, the progress score β·log(π_K/π_ref) flags non-progress steps with step-error AUROC "
-          "≥ 0.8 (whole 95 % cluster CI).", "[P] applications (step-level grading); threshold spec §7 P-4",
+          "≥ 0.8 (whole 95 % cluster CI).", "[P] applications (step-level grading); threshold [R]",
           "not reported as step AUROC; best-of-8 Gemma4-4B 38.8 % vs 29.0 % Self-Certainty [S]",
           "step_auroc_progress", ">=", 0.8),
     Claim("P-4b", "Its AUROC exceeds the policy log-prob baseline by ≥ 0.10 (paired cluster bootstrap).",
-          "[P] beats confidence baselines; threshold spec §7 P-4", "—", "step_auroc_gain_progress_logprob",
+          "[P] beats confidence baselines; threshold [R]", "—", "step_auroc_gain_progress_logprob",
           ">=", 0.10),
     Claim("P-4c", "Best-of-8 by summed progress score beats a random pick by ≥ 10 success points.",
-          "[P]/[S] best-of-8 gains ≈ 10-16 points; threshold spec §7 P-4", "+9.8 / +11-16 points [S]",
+          "[P]/[S] best-of-8 gains ≈ 10-16 points; threshold [R]", "+9.8 / +11-16 points [S]",
           "bon_gain_progress", ">=", 0.10),
     Claim("P-4d", "Failure attribution (min_cumulative) finds the decisive step (the key thrown into the well) at ≥ 2× "
-          "the random-step accuracy.", "[P] failure attribution; threshold spec §7 P-4", "—",
+          "the random-step accuracy.", "[P] failure attribution; threshold [R]", "—",
           "attribution_ratio_progress", ">=", 2.0),
     *(Claim(f"P-4-NC-perm-{sc}", f"Negative control: with step labels permuted, the {sc} AUROC is 0.5 ± 0.03.",
-            "spec §7 negative controls", "0.5", f"perm_auroc_{sc}", "in", 0.47, upper=0.53) for sc in STEP_SCORERS),
+            "negative control [R]", "0.5", f"perm_auroc_{sc}", "in", 0.47, upper=0.53) for sc in STEP_SCORERS),
     Claim("P-4-NC-ref-zero", "Negative control π_θ ≡ π_ref (K = 0): every step score is exactly 0.",
-          "spec §7 negative controls", "0", "k0_max_abs_progress", "<=", 1e-12, judge_on="exact",
+          "negative control [R]", "0", "k0_max_abs_progress", "<=", 1e-12, judge_on="exact",
           exact_why="at K = 0 the policy is the reference by construction: every step score is exactly 0 or the code "
                     "is wrong (a floating-point check)"),
     Claim("P-4-NC-ref-auroc", "Negative control π_θ ≡ π_ref: the progress AUROC CI contains 0.5 (1 = yes).",
-          "spec §7 negative controls", "—", "k0_auroc_ci_contains_half", ">=", 1.0, judge_on="exact",
+          "negative control [R]", "—", "k0_auroc_ci_contains_half", ">=", 1.0, judge_on="exact",
           exact_why="a 0/1 flag read off a bootstrap CI: the criterion is about the interval itself, whose sampling "
                     "uncertainty is already in it"),
     Claim("P-4-NC-ref-warn", "Negative control π_θ ≡ π_ref: the scorer warns 'policy equals the reference' (1 = yes).",
-          "spec §7 negative controls, §9", "—", "k0_scorer_warned", ">=", 1.0, judge_on="exact",
+          "negative control [R]; scorer warning", "—", "k0_scorer_warned", ">=", 1.0, judge_on="exact",
           exact_why="a yes/no check that the scorer warns on a policy equal to its reference: a deterministic code "
                     "path"),
 )
@@ -256,8 +258,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     ctx.data["seconds"] = time.perf_counter() - t_start
     if not s.judged:
         claim_metrics = {c.metric for c in CLAIMS}
-        out = unjudged(out, claim_metrics, f"{s.n_layouts} layouts × {s.groups_per_layout} groups: spec §7 gives "
-                       "this size no verdict (full: 16 × 8)", ctx.data)
+        out = unjudged(out, claim_metrics, f"{s.n_layouts} layouts × {s.groups_per_layout} groups: too small for a "
+                       "verdict, pre-registered [R] (full: 16 × 8)", ctx.data)
     return out
 
 

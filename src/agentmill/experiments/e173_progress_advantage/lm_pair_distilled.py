@@ -1,15 +1,18 @@
-"""E173 P-6a: a real LM pair recovers A* end to end (spec agent-credit.md §7 P-6a) [D].
+"""E173 P-6a: a real LM pair recovers A* end to end [D].
 
-The identity β·log(π*/π_ref) = A* (§2.7) holds for any π_ref, so it must hold when π_ref is an LM choosing among
+The identity is arXiv:2606.26080's [A]; setup and threshold are the project's [R]
+(docs/methods/progress_advantage.md, Claims and verdicts).
+
+The identity β·log(π*/π_ref) = A* [A] holds for any π_ref, so it must hold when π_ref is an LM choosing among
 admissible commands (``lm.policy.CandidatePolicy``) and π* is reached by fitting a LoRA copy of the same LM. This
 experiment runs the whole chain on real LM code:
 
 1. World: tiny KeyDoor (3 rooms, 1 lock, trap, no distractors, ``droppable=False``: ≤ 8 admissible commands per
    state, 6-10 states), ``include_feedback=False`` so that the text of a state does not depend on the last action
-   and the exact model's states are exactly what the policy sees (spec §7 P-6a).
+   and the exact model's states are exactly what the policy sees [R].
 2. π_ref = the reference LM's candidate policy on every state of the exact model
    (``progress_advantage.train.candidate_policy_table``).
-3. (Q*, V*, π*) = ``core.tabular_mdp.soft_value_iteration(mdp, π_ref, β)`` with β = 0.5 (spec §7 P-6a).
+3. (Q*, V*, π*) = ``core.tabular_mdp.soft_value_iteration(mdp, π_ref, β)`` with β = 0.5 [R].
 4. The trainable copy (LoRA on SmolLM2 for ``hf:``; all weights of a ``tiny:`` model) starts at π_ref and is
    distilled to π* by cross-entropy over the candidates (``distill_to_optimum``).
 5. Metric: Spearman(β·log(π_θ/π_ref)(s, a), A*(s, a)) over every live (s, a) of every layout, with a cluster
@@ -24,7 +27,7 @@ E173 scorer (no temperature) gives the same number only at T = 1 (tests/methods/
 The full profile uses SmolLM2 at T = 1. The quick/smoke profiles use an untrained ``tiny:`` model at T = 20 (an
 untrained byte-level model at T = 1 puts nearly all mass on the shortest command, so π* would equal π_ref almost
 everywhere and the ranking would be noise); their numbers are recorded as ``*_observed`` and judged on nothing
-(the spec's quick profile gives verdicts only for the algebraic claims).
+(quick gives verdicts only for the algebraic claims [R]).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class Setup:
     """``hf:NAME`` (an ``lm.pair.HFPair``: LoRA over one copy, reference = adapter disabled) or ``tiny:SPEC`` (two
     copies of a tiny model with the same seed, every weight of the policy copy trained)."""
     wrong_reference: str = "tiny:new?d=32&max_len=1024&seed=7"
-    """The negative control's reference: a differently initialised tiny model (spec §7 negative controls)."""
+    """The negative control's reference: a differently initialised tiny model (pre-registered negative control [R])."""
     temperature: float = 1.0
     """Candidate-softmax temperature of both policies (1 for SmolLM2, where it equals the E173 scorer)."""
     one_shot: bool = True
@@ -62,13 +65,13 @@ class Setup:
     layout_seed: int = 0
     """First layout seed."""
     beta: float = 0.5
-    """KL coefficient of π* and of the score (spec §7 P-6a: β = 0.5)."""
+    """KL coefficient of π* and of the score (β = 0.5 [R]; docs/methods/progress_advantage.md)."""
     epochs: int = 20
     """Distillation epochs over the layout's live states (early stop at ``tol``)."""
     batch_size: int = 4
     """States per AdamW step."""
     lr: float = 2e-3
-    """AdamW step size of the distillation [R]: not given by the spec (its 1e-4 is the RL lr); fitting a known
+    """AdamW step size of the distillation [R]: no source gives one (``lm.policy``'s 1e-4 is the RL lr); fitting a known
     target needs larger steps within 20 epochs. Untuned on the test layouts."""
     tol: float = 1e-4
     """Stop once the mean KL(π* ‖ π_θ) over live states is below this. It must sit well below the initial
@@ -94,7 +97,7 @@ CLAIM_METRICS = ("spearman_candidates",)
 CLAIMS = (
     Claim("P-6a", "With π_ref an LM choosing among admissible commands and a LoRA copy distilled to the exact soft "
           "optimum π* (β = 0.5), β·log(π_θ/π_ref) ranks (s, a) like the exact A*: Spearman ≥ 0.9 (whole 95 % CI).",
-          "[D] from the §2.7 identity [P]; threshold spec §7 P-6a",
+          "[D] from the paper's identity [P]; threshold [R]",
           "exact identity (paper); no LM-pair Spearman reported", "spearman_candidates", ">=", 0.9),
 )
 
@@ -131,7 +134,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.progress_advantage.train import candidate_policy_table, distill_to_optimum
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores (spec §9: one thread per worker)
+    torch.set_num_threads(1)  # [R] one thread per worker: 2 shared cores
     try:
         t0 = time.perf_counter()
         pair = build_pair(s.model, temperature=s.temperature, one_shot=s.one_shot, lr=s.lr)

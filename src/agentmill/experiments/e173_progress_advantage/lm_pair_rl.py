@@ -1,4 +1,6 @@
-"""E173 P-6b: the LM grader works after ordinary KL-regularised RL (spec agent-credit.md §7 P-6b) [P].
+"""E173 P-6b: the LM grader works after ordinary KL-regularised RL (arXiv:2606.26080 [A]).
+
+Setup and thresholds are the project's [R] (docs/methods/progress_advantage.md, Claims and verdicts).
 
 P-6a fits the pair to the exact optimum; here the pair comes from what a practitioner would actually run: KL-in-reward
 policy gradient from rollouts (``progress_advantage.train.kl_pg_train``, β = 0.05, exact KL over each state's
@@ -9,12 +11,12 @@ rollouts of π_θ on **held-out** layouts (8 rollouts × 40 tasks):
   E173 scorer at T = 1, tests/methods/progress_advantage/test_train_lm.py);
 - step labels: progress_t = 1 when the oracle distance to the goal fell; steps taken from a dead end (after the key
   went into the well) are unknown and excluded with a count (as in P-4) [R];
-- trajectory score: the sum of step scores (primary aggregation (sum, sum), spec §7 P-6b); mean/min/last reported
+- trajectory score: the sum of step scores (primary aggregation (sum, sum), pre-registered [R]); mean/min/last reported
   as exploratory only.
 
-Claims (pre-registered, spec §7 P-6b): step-error AUROC > 0.7 and > the policy log-prob baseline + 0.05 (paired
+Claims (pre-registered [R]): step-error AUROC > 0.7 and > the policy log-prob baseline + 0.05 (paired
 cluster bootstrap over trajectories); success AUROC > 0.7; best-of-8 by summed score ≥ the group's mean success +
-5 points (bootstrap over groups). Negative control (spec §7): a *wrong reference* (a differently initialised tiny
+5 points (bootstrap over groups). Negative control [R]: a *wrong reference* (a differently initialised tiny
 model) in place of π_ref lowers the step AUROC by ≥ 0.1.
 
 World and pair builders are P-6a's (``e173_progress_lm_pair_distilled``). The quick/smoke profiles run an untrained
@@ -58,27 +60,27 @@ class Setup:
     train_seed: int = 0
     """First training layout seed."""
     n_test_layouts: int = 40
-    """Held-out layouts graded after training (spec §7 P-6b: 40 tasks)."""
+    """Held-out layouts graded after training (40 tasks [R])."""
     test_seed: int = 1000
     """First held-out layout seed (disjoint from the training seeds)."""
     beta: float = 0.05
-    """KL coefficient of training and of the score (spec §7 P-6b: β = 0.05)."""
+    """KL coefficient of training and of the score (β = 0.05 [R]; docs/methods/progress_advantage.md)."""
     iterations: int = 15
-    """KL-PG iterations (spec §7 P-6b: ≤ 15)."""
+    """KL-PG iterations (≤ 15 [R])."""
     group_size: int = 8
     """Rollouts per group, in training and in grading (best-of-8)."""
     tasks_per_iter: int = 1
     """Training groups per iteration [R]. Measured on this machine (1 thread, 2026-11-25): a SmolLM2 decision takes
     0.3-0.8 s and an autograd step over one row ~1.9 s, so a training row costs ~3 s (rollout, exact KL, update):
-    15 × 1 × 8 rollouts × ≤ 15 steps ≈ 1 h, and grading 40 × 8 rollouts another ~1-1.5 h. The spec's 50 min is not
+    15 × 1 × 8 rollouts × ≤ 15 steps ≈ 1 h, and grading 40 × 8 rollouts another ~1-1.5 h. A 50 min budget is not
     reachable on one CPU thread."""
     gamma: float = 0.95
-    """Discount (spec §7 default)."""
+    """Discount (0.95, as GiGPO's launch scripts [C]; the project default for KeyDoor)."""
     max_steps: int = 15
     """Steps per rollout [R] (shortest plans are 3-6 moves; the G-8 LM setup's ≤ 15 steps). A uniform-random
     agent succeeds on 4 % of the held-out layouts within 12 steps and 15 % within 20."""
     lr: float = 1e-4
-    """AdamW step size (spec §6.4 LM arm: 1e-4)."""
+    """AdamW step size (1e-4 [R], the LM arm of ``lm.policy.LoRACandidatePolicy``)."""
     n_boot: int = 1000
     """Bootstrap resamples."""
     judged: bool = True
@@ -108,17 +110,17 @@ CLAIM_METRICS = ("step_auroc_progress", "step_auroc_gain_logprob", "success_auro
 CLAIMS = (
     Claim("P-6b-step", "After ≤ 15 iterations of KL-regularised PG (β = 0.05), the LM pair's β·log(π_θ/π_ref) flags "
           "non-progress steps on held-out layouts with step-error AUROC ≥ 0.7 (whole 95 % CI).",
-          "[P] step-level grading; threshold spec §7 P-6b", "not reported as step AUROC", "step_auroc_progress",
+          "[P] step-level grading; threshold [R]", "not reported as step AUROC", "step_auroc_progress",
           ">=", 0.7),
     Claim("P-6b-gain", "That AUROC exceeds the policy's own log-prob by ≥ 0.05 (paired cluster bootstrap).",
-          "[P] beats confidence baselines; threshold spec §7 P-6b", "—", "step_auroc_gain_logprob", ">=", 0.05),
+          "[P] beats confidence baselines; threshold [R]", "—", "step_auroc_gain_logprob", ">=", 0.05),
     Claim("P-6b-success", "The summed score predicts episode success: AUROC ≥ 0.7.",
-          "[P] uncertainty quantification; threshold spec §7 P-6b", "—", "success_auroc_progress", ">=", 0.7),
+          "[P] uncertainty quantification; threshold [R]", "—", "success_auroc_progress", ">=", 0.7),
     Claim("P-6b-bon", "Best-of-8 by summed score beats the group's mean success by ≥ 5 points.",
-          "[P]/[S] best-of-N; threshold spec §7 P-6b", "+9.8 points (Gemma, Sokoban) [S]", "bon_gain_progress",
+          "[P]/[S] best-of-N; threshold [R]", "+9.8 points (Gemma, Sokoban) [S]", "bon_gain_progress",
           ">=", 0.05),
     Claim("P-6b-NC-wrong-ref", "Negative control: a differently initialised reference lowers the step AUROC by ≥ 0.1.",
-          "spec §7 negative controls", "—", "step_auroc_drop_wrong_reference", ">=", 0.1),
+          "negative control [R]", "—", "step_auroc_drop_wrong_reference", ">=", 0.1),
 )
 
 
@@ -165,7 +167,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.progress_advantage.train import kl_pg_train
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 shared cores (spec §9)
+    torch.set_num_threads(1)  # [R] one thread per worker: 2 shared cores
     try:
         t0 = time.perf_counter()
         # Memos that hold every state of the tiny layouts: the 8 rollouts of a group revisit states, and grading

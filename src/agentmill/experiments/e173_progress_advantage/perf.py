@@ -1,4 +1,4 @@
-"""E173 performance targets (spec agent-credit.md §8), measured side by side in one run.
+"""E173 performance targets (the project's own [R]), measured side by side in one run.
 
 - **PERF-5** progress scoring with one forward pass per model per episode vs per-step prefix re-scoring (T
   passes per model), T = 10 KeyDoor steps rendered with SmolLM2's chat template, pair = ``HFPair`` (SmolLM2 + a
@@ -15,9 +15,10 @@ Timing estimates (issue 24: a timing is judged on an interval over repeats, neve
 formed inside each of ``repeats`` repetitions (the three timings of one repetition run back to back under the same
 machine load) and judged on the geometric mean with its Student-t interval over repetitions
 (``core.stats.repeats_estimate``; at least 3); PERF-8 on the bootstrap interval of the median of ``vi_repeats``
-runs. Absolute times are reported next to each ratio (spec §8), with the same t-interval. The smoke profile
-swaps SmolLM2 for canned token scorers (no model load; its ratios mean nothing) and skips PERF-6. Run with ``OPENBLAS_NUM_THREADS=1`` on a shared 2-core machine: small
-LAPACK solves slow down 100× when OpenBLAS threads compete with other processes.
+runs. Absolute times are reported next to each ratio [R], with the same t-interval. The smoke profile
+swaps SmolLM2 for canned token scorers (no model load; its ratios mean nothing) and skips PERF-6. Run with
+``OPENBLAS_NUM_THREADS=1`` on a shared 2-core machine: small LAPACK solves slow down 100× when OpenBLAS threads compete
+with other processes.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Setup:
     n_episodes: int = 2
     """KeyDoor episodes scored per repeat (~1k tokens each in the chat template; prefix re-scoring costs ~5.5×)."""
     steps: int = 10
-    """Steps per episode (spec §8 PERF-5: T = 10)."""
+    """Steps per episode (T = 10 [R])."""
     repeats: int = 3
     """Timing repetitions (the claims' t-interval is over them; 3 at least for a verdict)."""
     lora_noise: float = 0.05
@@ -66,19 +67,19 @@ SETUPS = {
 
 CLAIMS = (
     Claim("PERF-5a", "One forward pass per model per episode scores T = 10 steps ≥ 4× faster than per-step prefix "
-          "re-scoring.", "spec §8 PERF-5", "— (official pa/scoring.py scores one pass per message list)",
+          "re-scoring.", "[R] project target", "— (official pa/scoring.py scores one pass per message list)",
           "perf5_speedup", ">=", 4.0),
-    Claim("PERF-5b", "The one-pass time is within 1.5× of 2 × tokens / prefill rate.", "spec §8 PERF-5", "—",
+    Claim("PERF-5b", "The one-pass time is within 1.5× of 2 × tokens / prefill rate.", "[R] project target", "—",
           "perf5_time_over_prefill_bound", "<=", 1.5),
     Claim("PERF-6a", "HFPair with adapter toggling holds ≤ 0.6× the parameter memory of two loaded copies.",
-          "spec §8 PERF-6", "—", "perf6_memory_ratio", "<=", 0.6, judge_on="exact",
+          "[R] project target", "—", "perf6_memory_ratio", "<=", 0.6, judge_on="exact",
           exact_why="parameter bytes counted from the loaded tensors of both pairs: a deterministic count, not a "
                     "timing or an RSS reading"),
-    Claim("PERF-6b", "Both pairs give the same step scores (max abs diff ≤ 1e-6).", "spec §8 PERF-6", "—",
+    Claim("PERF-6b", "Both pairs give the same step scores (max abs diff ≤ 1e-6).", "[R] project target", "—",
           "perf6_max_score_diff", "<=", 1e-6, judge_on="exact",
           exact_why="the same deterministic forward passes computed by both pairs on the same episodes: a "
                     "floating-point difference, no sampling"),
-    Claim("PERF-8", "Soft value iteration on a 20 × 4 MDP to 1e-13 takes < 50 ms.", "spec §8 PERF-8", "—",
+    Claim("PERF-8", "Soft value iteration on a 20 × 4 MDP to 1e-13 takes < 50 ms.", "[R] project target", "—",
           "perf8_vi_ms", "<=", 50.0),
 )
 
@@ -300,7 +301,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     scale_note="SmolLM2-135M fp32 on 2 shared CPU cores (other jobs running), LoRA r = 8 on q/v with perturbed B; "
                "1 (quick) / 2 (full) random KeyDoor episodes of 10 steps in the chat template. Engineering targets "
-               "of the spec, not paper numbers. Timings: geometric means with t-intervals over 3 repetitions.",
+               "of this project [R], not paper numbers. Timings: geometric means with t-intervals over 3 repetitions.",
     requires=frozenset({"hf", "peft"}),
     reads=_reads,
 )

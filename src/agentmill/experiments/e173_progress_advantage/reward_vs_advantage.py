@@ -1,4 +1,4 @@
-"""E173 P-2: the log-ratio recovers the advantage, not the reward, under stochastic transitions (spec §2.7, §7 P-2).
+"""E173 P-2: the log-ratio recovers the advantage, not the reward, under stochastic transitions [A][D].
 
 The implicit-PRM reading treats β·log(π*/π_ref) as a shaped reward on the realised transition,
 r̂(s, a, s′) = β·log(π*/π_ref)(s, a) + V*(s) − γ·V*(s′). Then r̂ − r = γ·(E_{s″}V*(s″) − V*(s′)) [D]: zero for
@@ -8,12 +8,12 @@ Measured with ``reward_recovery_rms`` (RMS of r̂ − r over transitions sampled
 P) on random 20 × 4 MDPs, β = 1:
 
 - P-2a: deterministic P: max RMS over MDPs < 1e-10;
-- P-2b: stochastic P (Dirichlet α ∈ {0.05, 0.1, 0.2, 0.5, 1, 2, 5}): min RMS over MDPs ≥ 1e-6 (the spec's "> 0";
+- P-2b: stochastic P (Dirichlet α ∈ {0.05, 0.1, 0.2, 0.5, 1, 2, 5}): min RMS over MDPs ≥ 1e-6 (the planned "> 0";
   1e-6 is seven orders above the float64 noise of the deterministic case);
 - P-2c: the RMS rises with transition entropy: Spearman over the α grid of (mean entropy of P[s, a], mean RMS) per
   α ≥ 0.9, whole CI (bootstrap resampling MDPs within each α). [R] "Spearman over α" read as over per-α means.
 
-Algebraic claim: "supported" says the code is right, nothing about agents (§5 pitfall 16).
+Algebraic claim: "supported" says the code is right, nothing about agents (progress_advantage README, Caveats).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Setup:
     mdps_per_alpha: int = 20
     """Random MDPs per α (and in the deterministic arm)."""
     alphas: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-    """Dirichlet concentrations (spec §7 P-2: α ∈ {0.05 … 5})."""
+    """Dirichlet concentrations (α ∈ {0.05 … 5} [R])."""
     n_states: int = 20
     """States per MDP (as P-1)."""
     n_actions: int = 4
@@ -62,17 +62,17 @@ SETUPS = {
 
 CLAIMS = (
     Claim("P-2a", "Deterministic transitions: the log-ratio plus the value difference recovers the reward exactly "
-          "(max RMS(r̂ − r) < 1e-10).", "[D] §2.7; threshold spec §7 P-2", "0 (theory)", "max_rms_det", "<=",
+          "(max RMS(r̂ − r) < 1e-10).", "[D]; threshold [R]", "0 (theory)", "max_rms_det", "<=",
           1e-10, judge_on="exact",
           exact_why="exact dynamic programming on enumerated MDPs, no sampling: a numerical identity checked on every "
                     "MDP to 1e-10"),
     Claim("P-2b", "Stochastic transitions: it does not (min RMS(r̂ − r) over MDPs ≥ 1e-6).",
-          "[P] advantage, not reward; threshold spec §7 P-2 ('> 0')", "> 0 (theory)", "min_rms_stoch", ">=", 1e-6,
+          "[P] advantage, not reward; threshold ('> 0') [R]", "> 0 (theory)", "min_rms_stoch", ">=", 1e-6,
           judge_on="exact",
           exact_why="exact dynamic programming on enumerated MDPs, no sampling: the smallest residual over every MDP, "
                     "computed not estimated"),
     Claim("P-2c", "The reward-recovery error rises with transition entropy: Spearman over α of (mean entropy, mean "
-          "RMS) ≥ 0.9, whole 95 % CI.", "[D]; threshold spec §7 P-2", "—", "spearman_rms_entropy", ">=", 0.9),
+          "RMS) ≥ 0.9, whole 95 % CI.", "[D]; threshold [R]", "—", "spearman_rms_entropy", ">=", 0.9),
 )
 
 
@@ -145,6 +145,6 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    scale_note="Algebraic claim [P]/[D], checked on code (§5 pitfall 16): random 20 × 4 MDPs, γ = 0.9, β = 1, exact "
+    scale_note="Algebraic claim [P]/[D], checked on code (README): random 20 × 4 MDPs, γ = 0.9, β = 1, exact "
                "soft value iteration in float64, sampled transitions; no LM. The paper states it qualitatively.",
 )

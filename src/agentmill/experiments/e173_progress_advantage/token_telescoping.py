@@ -1,4 +1,6 @@
-"""E173 P-3: summing token log-ratios gives the step advantage (spec agent-credit.md §2.7 "Token granularity", §7 P-3).
+"""E173 P-3: summing token log-ratios gives the step advantage [D].
+
+Inside an action the transitions are deterministic and unrewarded, so token log-ratios telescope.
 
 An action is tokens y_1..y_m; inside an action transitions are deterministic, unrewarded and undiscounted, so
 V*(s, y_≤j) = Q*(s, y_<j, y_j) and Σ_j β·log(π*(y_j|·)/π_ref(y_j|·)) telescopes to A*(s, a) [D]. On
@@ -6,9 +8,9 @@ V*(s, y_≤j) = Q*(s, y_<j, y_j) and Σ_j β·log(π*(y_j|·)/π_ref(y_j|·)) te
 MDP (not derived from the action-level solution), its token log-ratios are aggregated per action, and compared with
 A* of the action-level MDP.
 
-Claim P-3: max |sum − A*| < 1e-8 over every instance. Reported, no threshold (spec: "not exact"): max error and
+Claim P-3: max |sum − A*| < 1e-8 over every instance. Reported, no threshold (planned as "not exact" [R]): max error and
 Spearman with A* of the mean, min, max and last token aggregations (the paper's tuned heuristics).
-Algebraic claim: "supported" says the code is right, nothing about agents (§5 pitfall 16).
+Algebraic claim: "supported" says the code is right, nothing about agents (progress_advantage README, Caveats).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ class Setup:
     n_instances: int = 24
     """Random token MDPs; instance i alternates deterministic / Dirichlet(0.5) transitions and the β grid."""
     n_states: int = 10
-    """Environment states (spec §2.9 ``random_token_mdp`` default)."""
+    """Environment states (the ``core.tabular_mdp.random_token_mdp`` default)."""
     vocab: int = 3
-    """Token alphabet (spec §7 P-3: 3)."""
+    """Token alphabet (3 [R])."""
     action_len: int = 3
-    """Tokens per action (spec §7 P-3: 3)."""
+    """Tokens per action (3 [R])."""
     betas: tuple[float, ...] = (0.1, 0.5, 1.0)
     """KL coefficients cycled over instances."""
     gamma: float = 0.9
@@ -56,7 +58,7 @@ SETUPS = {
 
 CLAIMS = (
     Claim("P-3", "Summed token log-ratios of the token-level optimum equal the step advantage A*(s, a) to < 1e-8 "
-          "(token sum is the exact aggregation).", "[D] §2.7 'Token granularity'; threshold spec §7 P-3",
+          "(token sum is the exact aggregation).", "[D] token granularity; threshold [R]",
           "exact (theory)", "max_err_sum", "<=", 1e-8, judge_on="exact",
           exact_why="the token-level optimum computed exactly on enumerated instances, no sampling: a numerical "
                     "identity checked to 1e-8"),
@@ -114,7 +116,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    scale_note="Algebraic claim [D], checked on code (§5 pitfall 16): random token MDPs (10 states, vocab 3, 3 tokens "
+    scale_note="Algebraic claim [D], checked on code (README caveats): random token MDPs (10 states, vocab 3, 3 tokens "
                "per action = 27 actions), token-level optimum solved directly, float64; no LM. The paper frames the "
                "agent as a token-level MDP [S] and tunes mean/min/max/last per task [P, README §5.2].",
 )

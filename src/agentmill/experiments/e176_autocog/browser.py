@@ -1,9 +1,9 @@
-"""E176 AC-9 (NC-6): the participant task survives a real browser (spec autocog §6.8, §7 AC-9).
+"""E176 AC-9 (NC-6): the participant task survives a real browser (an engineering claim [R]).
 
 A headless Chromium participant (Selenium + Debian chromedriver, loopback, ``--test-mode``) clicks consent → quiz →
 the 96 trials of a U = 8 design + 4 catch trials, choosing by TTB's deterministic core from the server's schedule,
 with 3 injected 503s at trial 10, a page refresh at trial 40 and a double key press at 41. A second participant,
-a bot pressing left every time at 100 ms, goes through HTTP. Six pre-registered checks (spec §7 AC-9):
+a bot pressing left every time at 100 ms, goes through HTTP. Six pre-registered checks [R]:
 
 1. exactly one stored row per trial index (0 lost, 0 duplicated), holding the option the script chose;
 2. the metric (share of option-A choices over non-catch trials) on the exported data equals it on the script's
@@ -43,13 +43,13 @@ CHECKS = ("rows_exact", "metric_equal", "code_shown", "bot_excluded", "export_ro
 @dataclass(frozen=True)
 class Setup:
     max_trials: int = 96
-    """Non-catch trials of the U = 8 design (spec §7 AC-9: 96 + 4 catch)."""
+    """Non-catch trials of the U = 8 design (96 + 4 catch, as the repository's U = 8 session [C])."""
     faults_at: int = 10
     """Trial before which 3 PUTs are answered 503."""
     refresh_at: int = 40
-    """Trial at which the page is reloaded (spec: 40)."""
+    """Trial at which the page is reloaded (40 [R])."""
     double_at: int = 41
-    """Trial answered with a double key press (spec: 41)."""
+    """Trial answered with a double key press (41 [R])."""
 
 
 SETUPS = {"smoke": Setup(max_trials=16, faults_at=3, refresh_at=8, double_at=9), "quick": Setup(), "full": Setup()}
@@ -58,9 +58,7 @@ CLAIMS = (
     Claim("E176-AC9", "The web task survives a real browser: one stored row per trial through a refresh, a double "
           "key press and injected 503s; exported metric = the script's; completion code shown; an always-left "
           "100 ms bot is excluded; CSV/JSON round-trip (share of the 6 checks passed).",
-          "[R] spec §7 AC-9: 'stored rows = exactly one per trial_idx (0 lost, 0 duplicated); the metric on exported "
-          "data equals the metric on the choices the script made; completion code shown; a second bot (always left, "
-          "100 ms) is excluded with reasons ⊇ {single_side, fast_rt}; CSV/JSON round-trip equal'", "—",
+          "[R] engineering claim of this project; rule pre-registered", "—",
           "ac9_checks_passed", ">=", 1.0, judge_on="exact",
           exact_why="six pass/fail checks of the web task in a real browser: each must pass"),
 )

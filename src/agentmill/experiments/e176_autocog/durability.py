@@ -1,12 +1,12 @@
-"""E176 AC-10: trial submission is idempotent and durable under load and a server crash (spec autocog §6.8, §7 AC-10).
+"""E176 AC-10: trial submission is idempotent and durable under load and a server crash (an engineering claim [R]).
 
 25 concurrent HTTP clients (httpx, loopback) each submit the 100 trials of their session (U = 8 design: 96 + 4
 catch) with 20% duplicate PUTs, out-of-order writes within blocks of 4, retries on 429/503/connection errors and
 3% deliberately conflicting writes; the server process is ``kill -9``ed 2 s into the stream and restarted on the
 same SQLite file. Violations counted: acknowledged trials lost or changed, duplicate rows, trials never stored,
 conflicts logged where none was injected, injected conflicts not logged, and client requests that never got an
-answer. The claim needs 0 in total (spec: "0 lost acknowledged trials, 0 duplicates, conflicts only where
-injected"); the full profile repeats the whole run 3 times with different client seeds.
+answer. The claim needs 0 in total (pre-registered [R]: nothing acknowledged may be lost or doubled, and conflicts
+only where injected); the full profile repeats the whole run 3 times with different client seeds.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 @dataclass(frozen=True)
 class Setup:
     clients: int = 25
-    """Concurrent participants (spec §7 AC-10: 25)."""
+    """Concurrent participants (25 [R], the real N of one observation)."""
     trials: int = 100
-    """Trials submitted per client (spec: 100 = the whole U = 8 session)."""
+    """Trials submitted per client (100 = the whole U = 8 session [R])."""
     kill_after_s: float = 2.0
     """Seconds into the stream at which the server gets SIGKILL (then a restart 0.3 s later)."""
     repeats: int = 1
@@ -42,7 +42,7 @@ CLAIMS = (
     Claim("E176-AC10", "Trial submission is idempotent and durable: under 25 concurrent clients with duplicate, "
           "out-of-order, retried and conflicting PUTs and a kill -9 of the server, no acknowledged trial is lost, "
           "none is duplicated and conflicts appear only where injected (total violations).",
-          "[R] spec §7 AC-10: '0 lost acknowledged trials, 0 duplicates, conflicts only where injected'", "—",
+          "[R] engineering claim of this project; rule pre-registered", "—",
           "ac10_violations", "<=", 0.0, judge_on="exact",
           exact_why="a count of lost, duplicated or unexpected trials: any one is a durability bug; scheduling noise "
                     "can hide a bug, never excuse one"),

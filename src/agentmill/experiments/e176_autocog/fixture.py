@@ -1,4 +1,4 @@
-"""E176 AC-5 (fixture half) and AC-13: the authors' human data, vendored (spec autocog §6.9 uses 1-3, §7).
+"""E176 AC-5 (fixture half) and AC-13: the authors' human data, vendored ([C]; thresholds [R]).
 
 Fixture: ``tests/fixtures/autocog_human`` (built by ``scripts/vendor_autocog_fixture.py`` from
 https://github.com/akjagadish/autocog at commit 6761c69e, MIT; 20 canonical data files, 465 participants, 44,256
@@ -6,14 +6,15 @@ rows). Three checks, all deterministic:
 
 1. integrity — every file's sha256 matches ``manifest.json`` (precondition; reported as ``fixture_integrity_ok``);
 2. AC-5 fixture half — the committed ``real_value``/``predicted_values`` through ``scoring.leaderboard`` give the
-   authors' final leaderboards to 3 decimals (binary pi_4 .760 … cardinal pi_6 .570 …, §6.9). The authors' rule keeps
-   the one cardinal observation whose metric failed on real data, with everyone at distance 1
-   (``on_missing_real="paper"``, pitfall 16); the project default ("exclude") is reported next to it;
+   authors' final leaderboards to 3 decimals (binary pi_4 .760 … cardinal pi_6 .570 …, leaderboard.md [C]). The authors'
+   rule keeps the one cardinal observation whose metric failed on real data, with everyone at distance 1
+   (``on_missing_real="paper"``; a failed metric would otherwise score every theory 1 [R]); the project default
+   ("exclude") is reported next to it;
 3. AC-13 — every committed metric source rerun in the sandbox (``frame_metric``: the repository's pandas metrics,
    unchanged) on its vendored rows in file order equals ``real_value`` within 1e-9; the others are listed with a
    reason. Pre-registered reading: all 20 metrics are deterministic code, so the claim needs every one (share 1.0);
 4. AC-2 second half — the vendored seed theory YAMLs (TTB, Tallying, EW, WADD with ``weights`` pinned to 1) run in
-   the sandbox against the vectorised library on AC-2's stimulus sets (threshold 1e-12, spec §7).
+   the sandbox against the vectorised library on AC-2's stimulus sets (threshold 1e-12 [R]).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "
 @dataclass(frozen=True)
 class Setup:
     runs: tuple[str, ...] = ("binary", "cardinal")
-    """Which committed runs to check (both: spec §6.9)."""
+    """Which committed runs to check (both human runs of the repository [C])."""
     max_obs: int = 0
     """Rerun at most this many metric sources per run (0 = all 10; smoke 2)."""
     fixture_dir: str = ""
@@ -41,7 +42,7 @@ class Setup:
     yaml_param_draws: int = 3
     """AC-2 YAML half: parameter draws (beta, eps) per rule and stimulus set, one sandbox child each."""
     yaml_n_cardinal: int = 2000
-    """AC-2 YAML half: random cardinal pairs on 0..5 with F = 4 (spec §7 AC-2: 2,000)."""
+    """AC-2 YAML half: random cardinal pairs on 0..5 with F = 4 (2,000 [R])."""
 
 
 SETUPS = {"smoke": Setup(runs=("binary",), max_obs=2, yaml_param_draws=1, yaml_n_cardinal=50),
@@ -51,7 +52,7 @@ YAML_RULES = ("ttb", "tallying", "ew", "wadd")
 CLAIMS = (
     Claim("E176-AC5-fixture", "Scores follow the paper's rule on the authors' own runs: the committed real values and "
           "predictions give the authors' final leaderboards to 3 decimals (share of theory labels, both runs).",
-          "[D] spec §6.9 use 2 / §7 AC-5 ('fixture to 3 decimals'); leaderboard.md of both human runs",
+          "[D] leaderboard.md of both human runs [C]; 3 decimals [R]",
           "binary pi_4 .760 … cardinal pi_6 .570 (14 labels)", "ac5_fixture_labels_matched_share", ">=", 1.0,
           judge_on="exact",
           exact_why="deterministic scoring of the authors' committed values and predictions: every label is "
@@ -59,14 +60,14 @@ CLAIMS = (
     Claim("E176-AC13", "The committed human data reproduce their recorded metric values: each committed metric "
           "source, rerun in the sandbox on the vendored rows in file order, equals real_value within 1e-9 (share "
           "of the 20 observations; all 20 metrics are deterministic).",
-          "[R] spec §7 AC-13 'all deterministic metrics within 1e-9; others listed', §6.9 use 3", "—",
+          "[R] data-integrity check of the vendored fixture; 1e-9 pre-registered", "—",
           "ac13_reproduced_share", ">=", 1.0, judge_on="exact",
           exact_why="each committed metric source rerun on the vendored rows in file order: deterministic, all 20 "
                     "observations checked"),
     Claim("E176-AC2-yaml", "The vectorised library equals the repository's own theory code: TTB, Tallying, EW and "
           "WADD (weights pinned to 1) from the vendored theory YAMLs, run in the sandbox, give the same P(A) "
           "on all binary pairs (F = 3, 4, 5) and 2,000 random cardinal pairs (max abs diff).",
-          "[R] spec §7 AC-2 (second half, 'where the repository's theory YAMLs are vendored')", "—",
+          "[R] AC-2's second half, on the vendored theory YAMLs [C]", "—",
           "ac2_yaml_max_abs_diff", "<=", 1e-12, judge_on="exact",
           exact_why="the same choice probabilities from the library and from the vendored theory code on fixed pairs "
                     "(the random cardinal pairs are seeded): a floating-point difference"),
@@ -100,7 +101,7 @@ def yaml_vs_library(root: Path, s: Setup, log: list) -> float:
             ours = th.prob_batch(params, np.broadcast_to(A, (S,) + A.shape), np.broadcast_to(B, (S,) + B.shape), ctx)
             repo_params = {"beta": params["beta"], "epsilon": params["eps"],
                            "validities": np.broadcast_to(np.asarray(v, float), (S, len(v))),
-                           "weights": np.ones((S, len(v)))}  # spec AC-2: WADD with weights pinned to 1
+                           "weights": np.ones((S, len(v)))}  # AC-2 [R]: WADD with weights pinned to 1
             theirs = np.asarray(run_batch(source, np.broadcast_to(A, (S,) + A.shape),
                                           np.broadcast_to(B, (S,) + B.shape), repo_params)["probs"], float)
             diff = float(np.max(np.abs(ours - theirs)))

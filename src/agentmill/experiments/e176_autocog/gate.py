@@ -1,5 +1,5 @@
-"""E176 AC-3, AC-4 (NC-3): the discrimination gate is calibrated and accepted designs are decisive (spec autocog
-§2.8, §5 pitfall 1, §7).
+"""E176 AC-3, AC-4 (NC-3): the discrimination gate is calibrated and accepted designs are decisive (the gate is the
+repository's ``AutoCog.propose_round`` [C]; thresholds [R], docs/methods/autocog.md, Claims and verdicts).
 
 AC-3: a theory against itself (two independent 50-subject simulations, every SearchAdvocate template, Welch test at
 N = 25, α = .01) is rarely accepted (expected ≈ 0.02%: t* ~ N(0, 0.5)); TTB vs WADD on a design of 8
@@ -28,9 +28,9 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 @dataclass(frozen=True)
 class Setup:
     seeds: int = 50
-    """Replications per theory for AC-3 (spec §7: 50 quick / 500 full)."""
+    """Replications per theory for AC-3 (50 quick / 500 full [R])."""
     n_accepted: int = 100
-    """Accepted designs collected for AC-4 (spec §7: 100 quick / 1,000 full)."""
+    """Accepted designs collected for AC-4 (100 quick / 1,000 full [R])."""
     n_sim: int = 50
     """Simulated subjects per theory (n_runs = 50 [C])."""
     n_real: int = 25
@@ -44,12 +44,12 @@ SETUPS = {"smoke": Setup(seeds=3, n_accepted=6), "quick": Setup(), "full": Setup
 
 CLAIMS = (
     Claim("E176-AC3-false", "The gate rarely admits a theory against itself (false-accept rate over all "
-          "templates, 5 library theories).", "[I] spec §5 pitfall 1 (expected ≈ 0.02%)", "≈ 0.0002",
+          "templates, 5 library theories).", "[I] self-vs-self rarely passes (expected ≈ 0.02%)", "≈ 0.0002",
           "ac3_false_accept", "<=", 0.01),
     Claim("E176-AC3-power", "The gate admits TTB vs WADD on a design of 8 top-cue-vs-majority conflict pairs.",
-          "[R] spec §7 AC-3", "—", "ac3_accept_ttb_wadd", ">=", 0.95),
+          "[R] threshold pre-registered", "—", "ac3_accept_ttb_wadd", ">=", 0.95),
     Claim("E176-AC4", "Accepted designs are decisive: a fresh 25-subject sample from theory A lands nearer μ_A "
-          "than μ_B.", "[I] spec §7 AC-4 (derivation ≥ 0.91)", "—", "ac4_decisive", ">=", 0.85),
+          "than μ_B.", "[I] derivation gives ≥ 0.91; threshold [R]", "—", "ac4_decisive", ">=", 0.85),
 )
 
 
@@ -154,5 +154,5 @@ EXPERIMENT = Experiment(
     plots=plots,
     scale_note="numpy simulation only; 50 (quick) / 500 (full) replications per theory, 100 / 1,000 accepted designs. "
                "False-accept rate is per (design, template) test; an advocate that searches many designs for the "
-               "minimum p would be accepted far more often (pitfall 1: the gate is also not binding).",
+               "minimum p would be accepted far more often (the gate is also not binding [I]).",
 )

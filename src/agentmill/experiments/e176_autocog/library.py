@@ -1,4 +1,4 @@
-"""E176 AC-1 and AC-2: the theory library's identities and its reference semantics (spec autocog §2.4, §2.5, §7).
+"""E176 AC-1 and AC-2: the theory library's identities and its reference semantics ([S]; [D]; thresholds [R]).
 
 AC-1: the weighting dial w_i = v_i^γ (max-normalised) equals EW/Tallying at γ = 0, WADD at γ = 1 and TTB for γ above
 γ*(v); rank-decay equals Tallying at λ = 1 and TTB at λ <= 1/2; DR-WADD equals WADD at α = 1 and on binary cues for
@@ -6,7 +6,7 @@ any α, s. Decisions (sign of Δ; a tie on one side only counts as a mismatch) a
 pairs, F ∈ {3, 4, 5}, 6 validity vectors; γ* is found by bisection and compared with 4.86 / 2.98 / 5.26 [D].
 
 AC-2: the vectorised rules equal independent per-trial reference implementations written here in plain Python
-(loops over cues, the formulas of §2.4) to 1e-12 on all binary pairs (F = 3, 4, 5) and 2,000 random cardinal pairs.
+(loops over cues, the library's formulas) to 1e-12 on all binary pairs (F = 3, 4, 5) and 2,000 random cardinal pairs.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from agentmill.experiments.e176_autocog.reference_rules import VECTORS, binary_p
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
-# [D] spec §2.5: γ* ≈ 4.86 for v = (.9,.8,.7,.6), 2.98 for (.9,.7,.6,.5), 5.26 for (.9,.8,.7,.6,.55)
+# [D] (docs/papers.md E176): γ* ≈ 4.86 for v = (.9,.8,.7,.6), 2.98 for (.9,.7,.6,.5), 5.26 for (.9,.8,.7,.6,.55)
 GAMMA_STAR_PAPER = {(0.9, 0.8, 0.7, 0.6): 4.86, (0.9, 0.7, 0.6, 0.5): 2.98, (0.9, 0.8, 0.7, 0.6, 0.55): 5.26}
 
 
 @dataclass(frozen=True)
 class Setup:
     n_cardinal: int = 2000
-    """Random cardinal pairs for AC-2 (spec §7: 2,000)."""
+    """Random cardinal pairs for AC-2 (2,000 [R])."""
     rating_max: int = 5
     """R of the cardinal pairs."""
     n_param_draws: int = 20
@@ -44,12 +44,12 @@ SETUPS = {"smoke": Setup(n_cardinal=200, n_param_draws=3), "quick": Setup(), "fu
 CLAIMS = (
     Claim("E176-AC1", "The weighting dial unifies TTB, Tallying and WADD (γ = 0, 1, >= γ*), rank-decay spans "
           "Tallying..TTB, DR-WADD nests WADD (α = 1; binary cues): mismatching decisions on all ordered binary "
-          "pairs, F = 3-5, 6 validity vectors.", "[S] 'one dial'; [I] §2.5 identities", "0 (identities)",
+          "pairs, F = 3-5, 6 validity vectors.", "[S] 'one dial'; [I] the dial identities", "0 (identities)",
           "ac1_mismatches", "<=", 0, judge_on="exact",
           exact_why="exhaustive over every ordered binary pair of the fixed cue grids: a deterministic count of "
                     "disagreeing decisions"),
     Claim("E176-AC1-gamma", "γ* (least γ making the dial lexicographic) matches 4.86 / 2.98 / 5.26 within ±0.05.",
-          "[D] spec §2.5", "4.86 / 2.98 / 5.26", "ac1_gamma_star_max_abs_err", "<=", 0.05, judge_on="exact",
+          "[D] docs/papers.md E176", "4.86 / 2.98 / 5.26", "ac1_gamma_star_max_abs_err", "<=", 0.05, judge_on="exact",
           exact_why="gamma* is solved numerically (deterministic) and compared with the published constants: no "
                     "sampling"),
     Claim("E176-AC2", "The vectorised library equals per-trial reference semantics (max |ΔP(A)|).",
@@ -112,7 +112,7 @@ def ac1(log: dict) -> tuple[int, float]:
             n = int((a != b).sum())
             mism += n
             log.setdefault("ac1", []).append({"v": list(v), "check": name, "mismatches": n, "pairs": len(a)})
-        # informative intermediate point (§2.5 [D]): reported, not part of the identity count
+        # informative intermediate point [D]: reported, not part of the identity count
         g2, g3 = (_signs(L.dial(), A, B, v, gamma=g) for g in (2.0, 3.0))
         log.setdefault("dial_mid", []).append({"v": list(v), "gamma_star": gs,
                                                "vs_wadd": [int((g2 != wadd).sum()), int((g3 != wadd).sum())],
@@ -198,5 +198,5 @@ EXPERIMENT = Experiment(
     plots=plots,
     scale_note="Exact identities over all ordered binary pairs (F = 3, 4, 5; 6 validity vectors) and 2,000 random "
                "0-5 pairs; numpy only. The repository's theory YAMLs are not vendored, so AC-2 compares against "
-               "reference loops written here from §2.4's formulas.",
+               "reference loops written here from the library's formulas.",
 )

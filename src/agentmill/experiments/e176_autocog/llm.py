@@ -1,11 +1,11 @@
-"""E176 AC-12: the LLM roles work end to end through ``agentmill.lm``, offline (spec autocog §6.3, §7 AC-12).
+"""E176 AC-12: the LLM roles work end to end through ``agentmill.lm``, offline (an engineering claim [R]).
 
 For each ground truth in the setup, a full 2-round run (+ validation round) with LLM advocates, arbiter and reviser
 whose model is ``openai:autocog-scripted@http://127.0.0.1:PORT/v1`` — the official ``openai`` SDK talking real HTTP
 to :func:`~agentmill.methods.autocog.agents.loopback.scripted_server` in a thread. The stub stands in for a capable
 chat model at an OpenAI-compatible endpoint; its replies are scripted (a pure function of the prompt), so this
 measures the plumbing — prompt building, JSON extraction, retries with the error fed back, the sandbox check of
-LLM code, fallbacks, ledgering and replay — not any model's judgement. The script injects the spec's faults: one
+LLM code, fallbacks, ledgering and replay — not any model's judgement. The script injects two planned faults [R]: one
 malformed JSON reply (first advocate call) and one theory that does not compile (the reviser's first round-1 try).
 It also exercises the reviser's critic (one LLM critic call per revision, answered ``continue``, which ends the inner
 loop) and LLM-written metric code: in round 2 (the validation round in smoke) advocate 1 sends a ``metric(data)``
@@ -14,15 +14,15 @@ template is used instead (``fallback: true`` in the proposal's ``metric_code`` r
 
 Per run: (a) it completes, the malformed reply was retried, the non-compiling theory is recorded as a failed
 candidate, the critic's verdict is in the candidate records, one observation used sandboxed metric code and one
-logged the template fallback, the audit is clean — including one ``lm_call`` ledger event before every LM-driven step — and every
-HTTP request the server saw is one ``lm_call`` event (nothing asked twice, nothing unrecorded); (b) a RecordReplay
-rerun in a fresh directory that has only ``lm_calls.jsonl`` ends at a byte-identical ledger head while a fresh
-server counts 0 requests; (c) no prompt — from the ledger's ``lm_call`` events and from the server's own log —
-contains the ground truth's name, prose or code tokens (``methods.autocog.leakage``; pitfall 22). The scanner's
+logged the template fallback, the audit is clean — including one ``lm_call`` ledger event before every LM-driven step —
+and every HTTP request the server saw is one ``lm_call`` event (nothing asked twice, nothing unrecorded); (b) a
+RecordReplay rerun in a fresh directory that has only ``lm_calls.jsonl`` ends at a byte-identical ledger head while a
+fresh server counts 0 requests; (c) no prompt — from the ledger's ``lm_call`` events and from the server's own log —
+contains the ground truth's name, prose or code tokens (``methods.autocog.leakage``). The scanner's
 sensitivity is checked in the same run by planting the GT's code in a copy of a prompt (a positive control).
 
-A real small LM is not run: the spec says SmolLM2-135M and Gemma-3-270M cannot write theories and allows them only
-for an explicit prompt-format smoke test, and AC-12's setup is the stub at quick and full alike. The optional
+A real small LM is not run: SmolLM2-135M and Gemma-3-270M cannot write theory code (docs/papers.md E176), so at
+most a prompt-format smoke test would fit them [R], and AC-12's setup is the stub at quick and full alike. The optional
 endpoint profile (a user's capable model, AC-7 cells) is separate and not CI.
 """
 
@@ -45,13 +45,13 @@ class Setup:
     gts: tuple[str, ...] = ("ttb", "tallying", "wadd", "dial3", "drwadd")
     """Ground truths, one run each (every GT's tokens are scanned against that run's prompts)."""
     rounds: int = 2
-    """Rounds (+ validation round); spec §7 AC-12: 'a full 2-round run'."""
+    """Rounds (+ validation round); 2 rounds as pre-registered [R]."""
     n_designs: int = 4
     """Fallback advocate's designs (used only if the LLM advocate fails three times)."""
     max_candidates: int = 12
     """Fallback reviser's budget; also its n_sim-based loss scores the LLM's candidates."""
     reviser_iters: int = 10
-    """LLM reviser inner-loop iterations (spec: MAX_CRITIQUE_ITERS = 10 [C]); the stub's critic says ``continue``
+    """LLM reviser inner-loop iterations (MAX_CRITIQUE_ITERS = 10 [C]); the stub's critic says ``continue``
     on the first accepted candidate, so each revision stops after one iteration."""
     eps: float = 0.1
     """Ground-truth action noise."""
@@ -66,17 +66,17 @@ CLAIMS = (
           "verdicts and the sandboxed metric code (used once, rejected once with the template fallback logged) "
           "are recorded, the audit (with one lm_call per LM-driven step) is clean and every HTTP request is "
           "exactly one lm_call event (share of runs).",
-          "[R] spec §7 AC-12: 'run completes; retries/fallbacks logged'", "—", "ac12_runs_ok", ">=", 1.0,
+          "[R] engineering claim, rule pre-registered", "—", "ac12_runs_ok", ">=", 1.0,
           judge_on="exact",
           exact_why="the model is a scripted stub (replies a pure function of the prompt): each run is a "
                     "deterministic pass/fail check of the plumbing"),
     Claim("E176-AC12b", "A RecordReplay rerun ends at a byte-identical ledger head without calling the model "
-          "(share of runs).", "[R] spec §7 AC-12: 'replay byte-identical'", "—", "ac12_replay_identical", ">=",
+          "(share of runs).", "[R] engineering claim, rule pre-registered", "—", "ac12_replay_identical", ">=",
           1.0, judge_on="exact",
           exact_why="the model is a scripted stub (replies a pure function of the prompt): each replay is a "
                     "deterministic byte comparison"),
     Claim("E176-AC12c", "No prompt the loop sends contains the ground truth's name, prose or code tokens (count of "
-          "hits over all prompts).", "[R] spec §7 AC-12 and §5 pitfall 22", "—", "ac12_leaked_tokens", "<=", 0.0,
+          "hits over all prompts).", "[R] engineering claim: no GT leak", "—", "ac12_leaked_tokens", "<=", 0.0,
           judge_on="exact",
           exact_why="a count of ground-truth tokens found in every prompt sent, with a planted positive control: any "
                     "hit is a leak"),

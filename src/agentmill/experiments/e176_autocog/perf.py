@@ -1,6 +1,6 @@
-"""E176 performance targets P1-P4 (spec autocog §8: "ratios measured side by side in one run").
+"""E176 performance targets P1-P4 (the project's own targets [R]; ratios measured side by side in one run).
 
-P1  vectorised simulation (``simulate.simulate``, the spec's ``simulate_batch``: one array pass per trial position)
+P1  vectorised simulation (``simulate.simulate``, planned as ``simulate_batch``: one array pass per trial position)
     against the per-trial reference loop, 50 subjects × 96 trials, TTB / WADD / DR-WADD on one cardinal design
     (R = 5, U = 24, K = 4). The reference loop is the sandbox child's own exec-style loop (``sandbox.CHILD_THEORY``,
     one ``predict`` call per trial, history appended) run in this process, with AC-2's plain-Python per-trial
@@ -72,7 +72,7 @@ P1_RULES = ("ttb", "wadd", "dr_wadd")
 @dataclass(frozen=True)
 class Setup:
     n_subjects: int = 50
-    """Simulated subjects per batch (spec §8 P1/P2: 50 × 96)."""
+    """Simulated subjects per batch (50 × 96 [R])."""
     p1_reps: int = 5
     """P1 A/B repetitions per rule (each with its own seed; the agreement test pools them)."""
     p1_vec_inner: int = 5
@@ -82,11 +82,11 @@ class Setup:
     p2_cold_reps: int = 5
     """1 × 1 sandbox calls whose median wall time is the cold start."""
     p3_n_designs: int = 200
-    """SearchAdvocate designs per proposal (spec §8 P3: 200)."""
+    """SearchAdvocate designs per proposal (200 [R])."""
     p3_max_candidates: int = 600
-    """Reviser candidates (spec §8 P3: 600)."""
+    """Reviser candidates (600 [R])."""
     p3_prior_obs: int = 8
-    """Observations in the pool before the timed round (the round adds 2 -> 10, spec §8 P3)."""
+    """Observations in the pool before the timed round (the round adds 2 -> 10 [R])."""
     p3_rescore_n: int = 200
     """Fresh subjects in the reviser's top-5 re-score (its default)."""
     p3_reps: int = 3
@@ -100,7 +100,7 @@ class Setup:
     p4_lat_block: int = 20
     """Samples per block."""
     p4_clients: int = 25
-    """Concurrent clients in the throughput run (spec §8 P4: 25)."""
+    """Concurrent clients in the throughput run (25 [R])."""
     p4_trials: int = 100
     """Trials each throughput client submits per run (100 = a whole U = 8 session: 96 + 4 catch; quick 40)."""
     p4_rate_reps: int = 3
@@ -118,7 +118,7 @@ SETUPS = {
     "full": Setup(p1_reps=10, p2_reps=10, p2_cold_reps=10, p4_lat_blocks=20, p4_lat_block=25),
 }
 
-SRC = "[R] spec autocog §8 performance targets"
+SRC = "[R] performance target of this project"
 CLAIMS = (
     Claim("E176-P1", "Vectorised simulation is >= 20× faster than the per-trial reference loop (50 × 96, slowest "
           "of TTB / WADD / DR-WADD; median paired ratio over alternating repetitions).", SRC, "—",
@@ -669,7 +669,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     requires=frozenset({"autocog-e2e"}),
     plots=plots,
-    scale_note="Engineering targets of the spec (§8), no model. Ratios (P1, P2 warm, P4 vs raw) are paired and "
+    scale_note="Engineering targets of this project [R], no model. Ratios (P1, P2 warm, P4 vs raw) are paired and "
                "measured side by side in alternating repetitions; absolute numbers (P2 cold, P3, P4 latency and "
                "rate) depend on the machine and its load, which the record holds (os.getloadavg before and after "
                "each target). P3 is the round's roles composed without the ledger; P5-P7 are reported by "

@@ -1,9 +1,11 @@
-"""E176 AC-7 (+ NC-1, NC-2, NC-4, NC-5): the AutoCog loop recovers hidden ground-truth theories (spec autocog §6.6, §7).
+"""E176 AC-7 (+ NC-1, NC-2, NC-4, NC-5): the AutoCog loop recovers hidden ground-truth theories ([A]; rules [R]).
+
+Ground truths, noise levels and battery are the project's [R] (docs/methods/autocog.md, Claims and verdicts).
 
 Five ground truths (TTB, Tallying, WADD, dial γ=3 on binary cues; DR-WADD α=.5, s=1 on a 0-5 scale) × three
 action-noise levels ε_gt ∈ {0, .25, .5}; programmatic (LLM-free) roles; 5 rounds + a validation round; 25 GT
 participants per observation; n_sim 50. The surfaced theory is the loop's own rank-1 after the validation round
-(pitfall 8: no oracle selection) and is compared with the *clean* ground truth on the frozen 40-pair held-out
+(no oracle selection [R]) and is compared with the *clean* ground truth on the frozen 40-pair held-out
 battery (Pearson r; Δr over the best seed; MAE against the noisy GT; structural match).
 
 Pitfalls stated with every result: 6 (r ignores scale — MAE next to it), 7 (the battery is built to separate the
@@ -31,19 +33,19 @@ from agentmill.methods.autocog.recovery import R_MIN, cell_passes
 @dataclass(frozen=True)
 class Setup:
     gts: tuple[str, ...] = ("ttb", "tallying", "wadd", "dial3", "drwadd")
-    """Ground truths (spec §6.6 table)."""
+    """Ground truths [R]."""
     noise: tuple[float, ...] = (0.0, 0.25, 0.5)
-    """Action-noise levels ε_gt (spec §6.6; the repository grid was {0, .5, .75, 1})."""
+    """Action-noise levels ε_gt ([R]; the repository grid was {0, .5, .75, 1} [C])."""
     seeds: int = 5
-    """Runs per cell (spec §7 AC-7: 1 quick, 5 full)."""
+    """Runs per cell (1 quick, 5 full [R])."""
     n_rounds: int = 5
     """Loop rounds before the validation round (paper: 5 [C])."""
     n_designs: int = 200
-    """SearchAdvocate random designs per proposal (§6.4: 200)."""
+    """SearchAdvocate random designs per proposal (200 [R]; docs/papers.md E176)."""
     max_candidates: int = 600
-    """Reviser candidate budget (§6.4: 600)."""
+    """Reviser candidate budget (600 [R]; docs/papers.md E176)."""
     rescore_n: int = 200
-    """Fresh subjects for re-scoring the reviser's top 5 (§6.4: 200)."""
+    """Fresh subjects for re-scoring the reviser's top 5 (200 [R]; docs/papers.md E176)."""
     nc1: bool = True
     """NC-1: ε_gt = 1.0 runs for each GT."""
     nc2: bool = False
@@ -57,22 +59,22 @@ class Setup:
 SETUPS = {
     "smoke": Setup(gts=("ttb",), noise=(0.25,), seeds=1, n_rounds=1, n_designs=5, max_candidates=20, rescore_n=50,
                    nc1=False),
-    # quick leaves out NC-1's five pure-noise runs (a quarter of its cost; spec §7: "quick: reported", never judged
-    # there) to fit the main job's 20 minutes (issue 24, docs/LOG.md 2026-11-28); full runs and judges them.
+    # quick leaves out NC-1's five pure-noise runs (a quarter of its cost; pre-registered as reported, never judged,
+    # at quick) to fit the main job's 20 minutes (issue 24, docs/LOG.md 2026-11-28); full runs and judges them.
     "quick": Setup(seeds=1, n_designs=60, max_candidates=200, nc1=False),
     "full": Setup(seeds=5, nc2=True, nc4=True, nc5=True),
 }
 
-QUICK_CELLS, N_CELLS = 12, 15  # "pass = ≥ 12/15 cells" (spec §7 AC-7, quick column)
+QUICK_CELLS, N_CELLS = 12, 15  # "pass = ≥ 12/15 cells" (AC-7's quick rule [R])
 
 SPEC_AC7_THRESHOLD = ("r ≥ 0.90 in ≥ 4/5 seeds in **every** cell; where the best seed r < 0.85, also "
                       "Δr ≥ 0.10")
-"""Spec autocog §7, AC-7 row, column 'Threshold' (verbatim)."""
+"""AC-7's pre-registered full rule [R], as registered."""
 SPEC_AC7_QUICK_FULL = ("1 seed per cell (15 runs; pass = ≥ 12/15 cells with r ≥ .90): ≤ 6 min / 5 seeds (75 runs): "
                        "≤ 45 min")
-"""Spec autocog §7, AC-7 row, column 'Quick / Full (2 cores)' (verbatim)."""
+"""AC-7's pre-registered quick and full run sizes and budgets [R], as registered."""
 
-SPEC_RULE_WHY = ("the spec's pre-registered count rule (cells passing, seeds recovering) over the seeded runs it "
+SPEC_RULE_WHY = ("the pre-registered count rule (cells passing, seeds recovering) over the seeded runs it "
                  "prescribes: the decision is the count itself, not an estimate of a rate")
 
 CLAIMS = (
@@ -80,29 +82,29 @@ CLAIMS = (
           "cells >= 4/5 seeds surface a theory whose battery P(A) correlates r >= .90 with the clean GT and, where "
           "the best seed's r < .85, beats it by Δr >= .10 (metric: share of cells passing; judged only with >= 5 "
           "seeds per cell).",
-          f"[R] spec §7 AC-7 threshold: '{SPEC_AC7_THRESHOLD}'; [A] 'known strategies are recovered'; [D] "
+          f"[R] pre-registered rule: '{SPEC_AC7_THRESHOLD}'; [A] 'known strategies are recovered'; [D] "
           "recovery grid r .92-.999 at ε <= .5", "r .909-.999 best-of-5 (Gemini)", "ac7_full_cell_pass_fraction",
           ">=", 1.0, judge_on="exact",
           exact_why=SPEC_RULE_WHY),
     Claim("E176-AC7-quick", "Quick rule: with 1 seed per cell, >= 12/15 cells pass (r >= .90 and, where the best "
           "seed's r < .85, Δr >= .10 — the stricter reading, see run_passes) (metric: share of cells passing; "
           "judged only with exactly 1 seed per cell).",
-          f"[R] spec §7 AC-7 quick column: '{SPEC_AC7_QUICK_FULL}'", "—", "ac7_quick_cell_pass_fraction", ">=",
+          f"[R] pre-registered quick rule: '{SPEC_AC7_QUICK_FULL}'", "—", "ac7_quick_cell_pass_fraction", ">=",
           QUICK_CELLS / N_CELLS, judge_on="exact",
           exact_why=SPEC_RULE_WHY),
     Claim("E176-NC1", "Pure-noise control (ε_gt = 1): the loop 'recovers' (r >= .90) in at most 1/5 seeds for every "
           "GT (metric: the largest per-GT share; judged only with >= 5 seeds per GT).",
-          "[R] spec §7 NC-1: 'Full profile: r ≥ 0.90 in ≤ 1/5 seeds per GT (quick: reported)'", "—",
+          "[R] pre-registered negative control (judged at full only)", "—",
           "nc1_max_gt_share_r_ge_090", "<=", 0.2, judge_on="exact",
           exact_why=SPEC_RULE_WHY),
     Claim("E176-NC2", "Broken stimulus-choice link (responses permuted within subject): r >= .90 in at most 1/5 "
           "seeds for every GT (same rule as NC-1).",
-          "[R] spec §7 NC-2: 'Same pass rule as NC-1'", "—", "nc2_max_gt_share_r_ge_090", "<=", 0.2,
+          "[R] pre-registered negative control, NC-1's rule", "—", "nc2_max_gt_share_r_ge_090", "<=", 0.2,
           judge_on="exact",
           exact_why=SPEC_RULE_WHY),
 )
 NC_MIN_SEEDS = 5
-"""NC-1/NC-2 are judged only with >= 5 seeds per GT (spec: 'Full profile …; quick: reported')."""
+"""NC-1/NC-2 are judged only with >= 5 seeds per GT (pre-registered [R]: quick only reports them)."""
 
 
 def _run(args: tuple) -> dict:
@@ -125,7 +127,7 @@ def _run(args: tuple) -> dict:
 
 
 def ac7_rule_metrics(cells: dict[tuple[str, float], list[dict]], seeds: int) -> dict[str, Estimate]:
-    """The AC-7 verdict metrics of spec §7, per profile.
+    """The AC-7 verdict metrics, per profile (pre-registered rules [R]).
 
     ``seeds == 1`` (the quick profile, "1 seed per cell (15 runs …)"): ``ac7_quick_cell_pass_fraction`` = passing
     cells / cells, judged against 12/15. ``seeds >= 5`` (the full profile, "5 seeds (75 runs)"):
@@ -177,7 +179,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         "ac7_mean_r": Estimate.exact(float(np.mean([r["r"] for r in main])), n=len(main)),
         "ac7_mean_delta_r": Estimate.exact(float(np.mean([r["delta_r"] for r in main])), n=len(main)),
         "ac7_mean_mae": Estimate.exact(float(np.nanmean([r["mae"] for r in main])), n=len(main)),
-        # §6.6: static and sequence JSD against the GT-vs-GT floor (reported, no threshold)
+        # [R] static and sequence JSD against the GT-vs-GT floor (reported, no threshold)
         **{f"ac7_mean_{k}": Estimate.exact(float(np.nanmean([r.get(k, math.nan) for r in main])), n=len(main))
            for k in ("jsd_static", "jsd_static_floor", "jsd_sequence", "jsd_sequence_floor")},
         "ac7_structural_match": proportion_estimate(sum(bool(r["match"]) for r in main), len(main)),
@@ -203,15 +205,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                      "battery_sha256": {str(k): b["sha256"] for k, b in bats.items()}})
     if s.seeds < NC_MIN_SEEDS:
         out = unjudged(out, ("nc1_max_gt_share_r_ge_090", "nc2_max_gt_share_r_ge_090"),
-                       f"{s.seeds} seed(s) per GT: NC-1/NC-2 are judged only with >= {NC_MIN_SEEDS} (spec: quick "
-                       "reports them)", ctx.data)
+                       f"{s.seeds} seed(s) per GT: NC-1/NC-2 are judged only with >= {NC_MIN_SEEDS} (quick "
+                       "reports them [R])", ctx.data)
     _withhold_rules(s, ctx.data)  # after: a control this profile does not run says so rather than "1 seed"
     return out
 
 
 def _withhold_rules(s: Setup, data: dict[str, Any]) -> None:
-    """Say why a rule this run does not apply is not judged: each AC-7 rule belongs to one seed count (spec §7: the
-    quick column for 1 seed, the threshold for 5), and the negative controls this profile does not run."""
+    """Say why a rule this run does not apply is not judged: each AC-7 rule belongs to one seed count ([R]: the
+    quick rule for 1 seed, the full rule for 5), and the negative controls this profile does not run."""
     if s.seeds == 1:
         withhold(data, ("ac7_full_cell_pass_fraction",), "1 seed per cell: the full AC-7 rule (>= 4/5 seeds in "
                                                           "every cell) needs 5 seeds")
@@ -296,9 +298,9 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     scale_note="LLM-free programmatic roles (SearchAdvocate, RuleArbiter, ProgramSpaceReviser over a typed grammar "
-               "that contains every GT family — pitfall 21: this tests the loop's design/scoring machinery, not LLM "
+               "that contains every GT family — [R] this tests the loop's design/scoring machinery, not LLM "
                "creativity; the paper used Gemini). Quick: 1 seed per cell, 60 designs per proposal, 200 reviser "
                "candidates; full: 5 seeds, 200 designs, 600 candidates. Simulated participants only. r ignores scale "
-               "(pitfall 6, MAE reported); battery built to separate the GTs (pitfall 7); surfaced theory picked "
-               "by the loop's own leaderboard (pitfall 8).",
+               "(MAE reported); battery built to separate the GTs; surfaced theory picked "
+               "by the loop's own leaderboard [R].",
 )

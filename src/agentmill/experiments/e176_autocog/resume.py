@@ -1,5 +1,5 @@
-"""E176 AC-8: the audit trail is complete and a run killed at any point resumes to the same result (spec autocog
-§6.7, §7 AC-8).
+"""E176 AC-8: the audit trail is complete and a run killed at any point resumes to the same result (an
+engineering claim [R]).
 
 One uninterrupted reference run (``agentmill autocog run``, programmatic roles, GT TTB, ε_gt .25) fixes the ledger
 length n, the head hash and ``state.json``. Then K kill points are drawn uniformly (without replacement) from the
@@ -9,7 +9,7 @@ finds nothing, the head hash and ``state.json`` are byte-identical to the refere
 distinct steps (no loss, no duplication). A kill that lands after the run finished counts as a failure of the
 harness (it tests nothing), not a pass.
 
-The spec's second arm, a Scripted-LM run, does the same with ``--roles llm`` and the model
+The second arm [R], a Scripted-LM run, does the same with ``--roles llm`` and the model
 ``openai:autocog-scripted@…`` served by the loopback stub (``methods.autocog.agents.loopback``, a thread in this
 process; its replies are a pure function of the prompt). Every LM call is an ``lm_call`` ledger event recorded
 before use, so besides the checks above the resumed ledger must hold exactly the reference's ``lm_call`` events
@@ -39,7 +39,7 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 @dataclass(frozen=True)
 class Setup:
     kills: int = 20
-    """Kill points (spec §7 AC-8: 5 quick / 20 full)."""
+    """Kill points (5 quick / 20 full [R])."""
     rounds: int = 2
     """Loop rounds (+ validation round) of the run being killed."""
     n_designs: int = 8
@@ -47,9 +47,9 @@ class Setup:
     max_candidates: int = 24
     """Reviser budget."""
     gt: str = "ttb"
-    """Ground truth (spec §7 AC-8: GT TTB)."""
+    """Ground truth (GT TTB [R])."""
     eps: float = 0.25
-    """Action noise ε_gt (spec §7 AC-8: .25)."""
+    """Action noise ε_gt (.25 [R])."""
     seed: int = 0
     """Seed of the run and of the kill-point draw."""
     lm_kills: int = 20
@@ -62,15 +62,13 @@ SETUPS = {"smoke": Setup(kills=1, rounds=1, n_designs=4, max_candidates=8, lm_ki
 CLAIMS = (
     Claim("E176-AC8", "A run SIGKILLed at any ledger event resumes to a complete audit trail with the head hash and "
           "state.json byte-identical to the uninterrupted run (share of kill points).",
-          "[R] spec §7 AC-8: '`audit` exit 0 at every point; final `state.json` and ledger head hash "
-          "byte-identical to the uninterrupted run'", "—", "ac8_kill_points_passing", ">=", 1.0, judge_on="exact",
+          "[R] engineering claim, rule pre-registered", "—", "ac8_kill_points_passing", ">=", 1.0, judge_on="exact",
           exact_why="a counterexample search: every drawn kill point must resume byte-identically, and one failure "
                     "refutes 'any ledger event'; the points drawn are in the record"),
     Claim("E176-AC8-LM", "The same for a run with LLM roles over a scripted model (loopback stub): resumed "
           "byte-identical, audit clean with an lm_call before every LM-driven step, and the same lm_call events "
           "as the uninterrupted run (share of kill points).",
-          "[R] spec §7 AC-8 ('programmatic run and Scripted-LM run') and §6.7 ('reusing any recorded lm_call "
-          "response instead of asking again')", "—", "ac8_lm_kill_points_passing", ">=", 1.0, judge_on="exact",
+          "[R] engineering claim", "—", "ac8_lm_kill_points_passing", ">=", 1.0, judge_on="exact",
           exact_why="a counterexample search: every drawn kill point must resume byte-identically, and one failure "
                     "refutes 'any ledger event'; the points drawn are in the record"),
 )

@@ -1,4 +1,4 @@
-"""E176 AC-11: the sandbox contains bad theory code (spec autocog §7 AC-11, §9 "Sandbox for LLM-written code").
+"""E176 AC-11: the sandbox contains bad theory code (an engineering claim [R]).
 
 A suite of hostile or broken ``predict`` sources (network, DNS, file write/create/delete, subprocess/fork, ``os`` and
 ``ctypes`` imports, a ``__subclasses__`` walk, ``np.load``/``np.save``, an infinite loop, a memory bomb, a recursion
@@ -85,7 +85,7 @@ SMOKE_CASES = tuple(k for k, v in CASES.items() if v[2] == "static") + ("NaN out
 @dataclass(frozen=True)
 class Setup:
     cases: tuple[str, ...] = tuple(CASES)
-    """Suite cases to run (spec §7 AC-11 list)."""
+    """Suite cases to run (the pre-registered AC-11 suite [R])."""
     repeats: int = 1
     """Times each case is run (full: 3, to catch flaky containment)."""
     static_limit_s: float = 0.0
@@ -97,8 +97,7 @@ SETUPS = {"smoke": Setup(cases=SMOKE_CASES), "quick": Setup(), "full": Setup(rep
 CLAIMS = (
     Claim("E176-AC11", "The sandbox contains bad theory code: every suite case gives its specific error within its "
           "limit + 1 s, leaves no file anywhere and leaves the parent unaffected (share of cases contained).",
-          "[R] spec §7 AC-11: 'each gives its specific error within limit + 1 s; no file left anywhere; parent "
-          "unaffected'", "—", "ac11_contained_share", ">=", 1.0, judge_on="exact",
+          "[R] engineering claim, rule pre-registered", "—", "ac11_contained_share", ">=", 1.0, judge_on="exact",
           exact_why="a fixed suite of hostile cases, each pass/fail: one escape refutes containment"),
 )
 

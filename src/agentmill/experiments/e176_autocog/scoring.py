@@ -1,4 +1,4 @@
-"""E176 AC-6: scoring on all data favours the truth (spec autocog §2.9, §7).
+"""E176 AC-6: scoring on all data favours the truth (scores as the repository's ``src/feedback.py`` [C]; threshold [R]).
 
 The hidden ground truth is seed 1 itself (same rule, same prior, no extra action noise); seed 2 is another canonical
 rule. Over 5 programmatic rounds (+ the validation round), with revisions admitted into the leaderboard, seed 1
@@ -24,13 +24,13 @@ CANON = ("ttb", "tallying", "wadd")
 @dataclass(frozen=True)
 class Setup:
     runs: int = 10
-    """Runs (spec §7 AC-6: 3 quick / 10 full); run k uses GT CANON[k % 3] against the next rule."""
+    """Runs (3 quick / 10 full [R]); run k uses GT CANON[k % 3] against the next rule."""
     n_rounds: int = 5
     """Programmatic rounds (paper: 5 [C])."""
     n_designs: int = 200
-    """SearchAdvocate random designs per proposal (§6.4)."""
+    """SearchAdvocate random designs per proposal [R]."""
     max_candidates: int = 600
-    """Reviser budget (§6.4)."""
+    """Reviser budget [R]."""
 
 
 SETUPS = {"smoke": Setup(runs=1, n_rounds=1, n_designs=4, max_candidates=12),
@@ -38,7 +38,7 @@ SETUPS = {"smoke": Setup(runs=1, n_rounds=1, n_designs=4, max_candidates=12),
 
 CLAIMS = (
     Claim("E176-AC6", "Scoring on all data favours the truth: when the hidden ground truth is a slot theory, it is "
-          "rank 1 on every post-data leaderboard (share of runs).", "[R] spec §7 AC-6", "—", "ac6_truth_rank1_share",
+          "rank 1 on every post-data leaderboard (share of runs).", "[R] threshold", "—", "ac6_truth_rank1_share",
           ">=", 0.9),
 )
 
@@ -111,6 +111,6 @@ EXPERIMENT = Experiment(
     measure=measure,
     plots=plots,
     scale_note="Programmatic roles, simulated participants (no action noise); quick 3 runs with 60 designs and 200 "
-               "reviser candidates, full 10 runs with 200 / 600. Leaderboard scores are relative (pitfall 3) and "
-               "post-admit scores are in-sample (pitfall 4); only post-data leaderboards count here.",
+               "reviser candidates, full 10 runs with 200 / 600. Leaderboard scores are relative and "
+               "post-admit scores are in-sample [R]; only post-data leaderboards count here.",
 )

@@ -1,34 +1,34 @@
-"""E176 NC-7: strawman seeds — an ``argmax`` seed loses to its own ``sampling`` variant (spec autocog §7 NC-7,
-§5 pitfall 5).
+"""E176 NC-7: strawman seeds — an ``argmax`` seed loses to its own ``sampling`` variant (a control [R]; the
+repository's human runs seed argmax rules [C]).
 
 The paper's seed theories choose deterministically (argmax), so any noisy population makes them look worse than
-they are. The spec's control: "On the human fixture (or a simulated WADD population if it is absent), an argmax seed
-ranks below its own sampling variant on >= 80% of observations."
+they are. The pre-registered control [R]: on the human fixture (a simulated WADD population only if it is
+missing), each argmax seed must rank below its sampling variant on >= 80% of observations.
 
 Reading (fixed before the first human-data run, 2026-11-25). The fixture is vendored, so the judged claim E176-NC7
-is on the human data; the spec makes the simulated population a fallback for an absent fixture, so that arm is kept
+is on the human data; the plan makes the simulated population a fallback for an absent fixture, so that arm is kept
 as *reported* metrics (``nc7_sim_*``) and is not judged (two verdicts for one control would let a reader pick). The
 threshold (>= 80%, whole CI) is unchanged.
 
-* Human arm (§6.9 use 4, ``ReplayCohort``). Observations: the 20 committed observations of both human runs, each
+* Human arm (fixture replay, ``ReplayCohort``). Observations: the 20 committed observations of both human runs, each
   with its committed metric source (run unchanged in the sandbox) and committed ``real_value`` (the metric on the
-  file's rows, what the authors scored); an observation whose real value is null (cardinal round_001_obs_01,
-  pitfall 16) cannot rank anything and is skipped and counted. "An argmax seed" = the run's own seeds, as the
-  paper's human runs used them [D observations.json pi_1/pi_2]: binary TTB and WADD with per-subject cue weights
-  w_i ~ U[0, 1] (library ``wadd_weighted``, the repository's WADD YAML), cardinal TTB and Tallying; each against the
-  same rule with ``policy="sample"``. Predictions: 50 simulated subjects (n_runs = 50 [C]) on the observation's
-  design with common random numbers for both policies, scored by the committed metric. "Ranks below" = strictly
-  larger |prediction − real value| (a tie is not below). The claim metric pools (observation × seed); per-run
-  shares are reported, and so is the same share with the authors' own committed argmax predictions (pi_1, pi_2)
-  in place of ours, with max |ours − committed| for the argmax seeds as a fidelity check (the repository's
-  ``np.argmax`` takes A on exact ties, the project flips a coin; its simulation draws other subjects).
-  Caveat [D]: cardinal round 2-4 files mix in 5-6 participants shown the sibling observation's pairs; the committed
-  real values include them, the predictions simulate the stated design only (reported as ``nc7_human_off_design``).
-* Simulated arm (reported): WADD with the §2.3 noise model, ``policy="sample"``, ε_gt = 0.25 (the middle AC-7
-  level), 25 participants per observation; SearchAdvocate random designs (§6.4) excluding the held-out battery;
+  file's rows, what the authors scored); an observation whose real value is null (cardinal round_001_obs_01) cannot rank
+  anything and is skipped and counted. "An argmax seed" = the run's own seeds, as the paper's human runs used them [D
+  observations.json pi_1/pi_2]: binary TTB and WADD with per-subject cue weights w_i ~ U[0, 1] (library
+  ``wadd_weighted``, the repository's WADD YAML), cardinal TTB and Tallying; each against the same rule with
+  ``policy="sample"``. Predictions: 50 simulated subjects (n_runs = 50 [C]) on the observation's design with common
+  random numbers for both policies, scored by the committed metric. "Ranks below" = strictly larger |prediction − real
+  value| (a tie is not below). The claim metric pools (observation × seed); per-run shares are reported, and so is the
+  same share with the authors' own committed argmax predictions (pi_1, pi_2) in place of ours, with max |ours −
+  committed| for the argmax seeds as a fidelity check (the repository's ``np.argmax`` takes A on exact ties, the project
+  flips a coin; its simulation draws other subjects). Caveat [D]: cardinal round 2-4 files mix in 5-6 participants shown
+  the sibling observation's pairs; the committed real values include them, the predictions simulate the stated design
+  only (reported as ``nc7_human_off_design``).
+* Simulated arm (reported): WADD with the noise model [C], ``policy="sample"``, ε_gt = 0.25 (the middle AC-7
+  level), 25 participants per observation; SearchAdvocate random designs [R] excluding the held-out battery;
   observation k uses template k mod 7 of ``templates_for(ttb, wadd)``; TTB, Tallying, WADD in both policies from 50
-  simulated subjects with common random numbers; same "below" rule, pooled over (observation × rule), plus the §2.9
-  leaderboard over all observations.
+  simulated subjects with common random numbers; same "below" rule, pooled over (observation × rule), plus the paper's
+  leaderboard [C] over all observations.
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ class Setup:
     n_obs: int = 300
     """Simulated arm: observations (random designs); quick 20."""
     eps_gt: float = 0.25
-    """Simulated arm: population action noise ε_gt (AC-7's middle level, spec §6.6)."""
+    """Simulated arm: population action noise ε_gt (AC-7's middle level [R])."""
     n_real: int = 25
     """Simulated arm: participants per observation (REAL_N_SUBJECTS = 25 [C])."""
     n_sim: int = 50
     """Simulated subjects per prediction, both arms (n_runs = 50 [C])."""
     seed: int = 0
     human_runs: tuple[str, ...] = ("binary", "cardinal")
-    """Human arm: which committed runs (both: the 20 observations of spec §6.9)."""
+    """Human arm: which committed runs (both: the 20 observations of the repository's human runs [C])."""
     human_max_obs: int = 0
     """Human arm: at most this many observations per run (0 = all 10; smoke 1)."""
     fixture_dir: str = ""
@@ -82,9 +82,7 @@ CLAIMS = (
     Claim("E176-NC7", "Strawman seeds: on the authors' human observations (both runs, committed metrics and real "
           "values), an argmax seed ranks below its own sampling variant on >= 80% of observations (pooled over "
           "each run's two seeds).",
-          "[R] spec §7 NC-7: 'On the human fixture (or a simulated WADD population if it is absent), an argmax "
-          "seed ranks below its own sampling variant on ≥ 80% of observations. Reported as the effect of "
-          "pitfall 5'", "—", "nc7_argmax_below_share", ">=", 0.8),
+          "[R] control: argmax seeds are strawmen", "—", "nc7_argmax_below_share", ">=", 0.8),
 )
 
 

@@ -64,7 +64,7 @@ CLAIMS = (
     Claim("E179-C1c", "STS lowers ECE: ECE before − ECE after.", "[P] DSpark §4.3", "lower after STS",
           "c1_ece_gain", ">=", 0.0, ci_bound=0.0),
     Claim("E179-NC5", "Negative control: confidences shuffled across rounds carry no information (|AUROC − 0.5| "
-          "< 0.05).", "[R] spec §7 NC-5", "—", "nc5_auroc_shuffled", "in", 0.45, upper=0.55),
+          "< 0.05).", "[R] negative control", "—", "nc5_auroc_shuffled", "in", 0.45, upper=0.55),
 )
 
 

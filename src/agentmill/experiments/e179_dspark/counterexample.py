@@ -50,11 +50,11 @@ CLAIMS = (
           "t3_exact_async", "in", 0.70 - 1e-12, upper=0.70 + 1e-12, judge_on="exact",
           exact_why="an exact probability by enumeration of the App. A instance: no sampling"),
     Claim("E179-T3d", "Monte Carlo agrees with the exact values: largest |MC − exact| over the three policies.",
-          "[R] spec §7 T3", "±0.005 at 200k draws", "t3_mc_max_dev", "<=", 0.005, judge_on="exact",
+          "[R] Monte Carlo tolerance", "±0.005 at 200k draws", "t3_mc_max_dev", "<=", 0.005, judge_on="exact",
           exact_why="a seeded Monte Carlo check against the exact values: the 0.005 tolerance is about 5 standard "
                     "errors at 200k draws, so the noise is inside the tolerance"),
     Claim("E179-NC1", "Negative control: retrospective error on App. A exceeds 0.1 (|P(A) − 0.70|).",
-          "[R] spec §7 NC-1", "0.15", "nc1_retro_error", ">=", 0.1, judge_on="exact",
+          "[R] negative control", "0.15", "nc1_retro_error", ">=", 0.1, judge_on="exact",
           exact_why="an exact probability by enumeration of the App. A instance: no sampling"),
 )
 

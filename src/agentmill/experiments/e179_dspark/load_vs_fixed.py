@@ -71,7 +71,7 @@ CLAIMS = (
           "(inconclusive when fixed:7 never falls below AR).", "[P] DSpark §5.2", "—", "lb_collapse_guard", ">=",
           0.97),
     Claim("E179-L2", "The trace simulator predicts the real engine: largest |simulated / real throughput − 1| over "
-          "the arms and concurrencies of the sweep.", "[R] spec §7 L2", "—", "l2_sim_max_dev", "<=", 0.15),
+          "the arms and concurrencies of the sweep.", "[R] simulator check", "—", "l2_sim_max_dev", "<=", 0.15),
     Claim("E179-Le", "Adaptive verification costs little at low load: min over C ∈ {1, 2} of dspark-async / "
           "fixed:7 throughput.", "[E] vLLM #52362: −4.7 to −8.3%", "−4.7 to −8.3%", "le_low_load", ">=", 0.95),
 )

@@ -53,13 +53,13 @@ CLAIMS = (
           "exact", "t1_max_error", "<=", 1e-12, judge_on="exact",
           exact_why="exact output distributions by enumeration over every configuration: a floating-point difference, "
                     "no sampling"),
-    Claim("E179-NC1b", "Negative control: the retrospective search is biased on the toy too.", "[R] spec §7 NC-1",
+    Claim("E179-NC1b", "Negative control: the retrospective search is biased on the toy too.", "[R] negative control",
           "—", "nc1b_retro_error", ">=", 1e-3, judge_on="exact",
           exact_why="an exact output distribution by enumeration on the toy: no sampling"),
     Claim("E179-NC3", "Negative control: a confidence that reads the token it scores (threshold:0.5) is biased.",
-          "[R] spec §7 NC-3", "—", "nc3_anticipating_error", ">=", 1e-3, judge_on="exact",
+          "[R] negative control", "—", "nc3_anticipating_error", ">=", 1e-3, judge_on="exact",
           exact_why="an exact output distribution by enumeration on the toy: no sampling"),
-    Claim("E179-NC4", "Negative control: dspark-async with s = 0 is refused (1 = refused).", "[R] spec §7 NC-4",
+    Claim("E179-NC4", "Negative control: dspark-async with s = 0 is refused (1 = refused).", "[R] negative control",
           "—", "nc4_s0_refused", ">=", 1, judge_on="exact",
           exact_why="a yes/no check that the policy refuses s = 0: a deterministic code path"),
 )
@@ -68,7 +68,7 @@ CLAIMS = (
 def _sps() -> Any:
     from agentmill.methods.dspark.costmodel import SPSTable
 
-    # the spec's jagged synthetic curve: t(B) = 1 + 0.15(B − 1), +0.3 above B = 12
+    # a jagged synthetic curve [R]: t(B) = 1 + 0.15(B − 1), +0.3 above B = 12
     return SPSTable.from_function(lambda b: 1 + 0.15 * (b - 1) + (0.3 if b > 12 else 0.0), list(range(1, 33)))
 
 

@@ -47,7 +47,7 @@ CLAIMS = (
           exact_why="a hypothesis test: the smallest Holm-adjusted p-value is the decision statistic, and the "
                     "sampling noise is already in the test"),
     Claim("E179-T2-power", "Power check: the retrospective search is rejected (its chi-square p-value).",
-          "[R] spec §7 T2", "—", "t2_retro_p", "<=", 1e-6, judge_on="exact",
+          "[R] power check", "—", "t2_retro_p", "<=", 1e-6, judge_on="exact",
           exact_why="a power check: the retrospective search's chi-square p-value is the decision statistic, its "
                     "sampling noise already in the test"),
 )
@@ -56,10 +56,11 @@ CLAIMS = (
 def _sps() -> Any:
     """The App.-A cost shape shifted to 8 requests: flat up to B = 8, a cliff at 9, a plateau after.
 
-    Deviation from the spec's curve (t = 1 + 0.15(B − 1), +0.3 above B = 12), which left the power check without
-    power: the retrospective search was not rejected (p = 0.16 with 100k samples; with co-request confidences
-    U(0, 1) it never even differed from Algorithm 1 in 3,000 batches). Here admitting the measured request's first
-    draft pays only together with its second, whose confidence reveals the first token — the App.-A trap under load.
+    Deviation from the planned curve (t = 1 + 0.15(B − 1), +0.3 above B = 12; docs/LOG.md 2026-11-24), which left the
+    power check without power: the retrospective search was not rejected (p = 0.16 with 100k samples; with co-request
+    confidences U(0, 1) it never even differed from Algorithm 1 in 3,000 batches). Here admitting the measured request's
+    first draft pays only together with its second, whose confidence reveals the first token — the App.-A trap under
+    load.
     """
     from agentmill.methods.dspark.costmodel import SPSTable
 

@@ -1,10 +1,11 @@
 """E179-A1/A2: the sequential (Markov) correction head raises the acceptance length at equal compute.
 
-Design (dspark spec §2.6 step 9): stage 0 trains a backbone-only drafter (no Markov head, confidence head on the
-hidden state alone) for N steps; branch (a) continues that configuration for M steps, branch (b) adds the Markov head
-(``markov_w2`` zero-initialised and zero confidence columns, so (b) starts exactly as (a)) and trains M steps. Both
-branches use the same data order and one cosine schedule spanning N + M. Both are then evaluated on held-out prompt
-*families* with full verification (``fixed:γ``), batched, at T = 1.0 (primary) and T = 0.
+Design [R] (the paper compares retrained drafters on identical data [A]): stage 0 trains a backbone-only drafter (no
+Markov head, confidence head on the hidden state alone) for N steps; branch (a) continues that configuration for M
+steps, branch (b) adds the Markov head (``markov_w2`` zero-initialised and zero confidence columns, so (b) starts
+exactly as (a)) and trains M steps. Both branches use the same data order and one cosine schedule spanning N + M. Both
+are then evaluated on held-out prompt *families* with full verification (``fixed:γ``), batched, at T = 1.0 (primary) and
+T = 0.
 
 A1  τ(b) / τ(a), macro over domains, paired bootstrap over prompts: ≥ 1.05 with the CI above 1.0
     (paper Table 1: +16–18% vs DFlash at γ = 7).
@@ -33,7 +34,7 @@ from agentmill.experiments.protocol import Claim, Experiment, RunContext
 @dataclass(frozen=True)
 class Setup:
     stage0_steps: int = 1000
-    """N (spec §2.6 step 9)."""
+    """N [R]."""
     branch_steps: int = 1000
     """M."""
     markov_rank: int = 64
@@ -257,7 +258,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Acceptance rate by block position, with and without the correction head (spec's required plot)."""
+    """Acceptance rate by block position, with and without the correction head (a required plot [R])."""
     plt = pyplot()
 
     ev = data.get("eval", {})

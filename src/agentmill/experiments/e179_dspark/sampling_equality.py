@@ -1,14 +1,15 @@
 """E179-T5: speculation with the trained drafter is lossless under sampling on the real model.
 
 For each prompt, N continuations of 3 tokens are sampled by plain decoding (AR) and by speculative decoding with the
-shipped drafter under ``fixed:7`` (batched, R requests per step, every request its own seed). Two-sample chi-square tests compare the joint of the first two
-tokens (the 50 most frequent pairs + "other") and the marginal of the third; the family of p-values (2 per prompt
-per temperature) is Holm-corrected. Supported when the smallest Holm-adjusted p-value is > 1e-3.
+shipped drafter under ``fixed:7`` (batched, R requests per step, every request its own seed). Two-sample chi-square
+tests compare the joint of the first two tokens (the 50 most frequent pairs + "other") and the marginal of the third;
+the family of p-values (2 per prompt per temperature) is Holm-corrected. Supported when the smallest Holm-adjusted
+p-value is > 1e-3.
 
 The exactness itself is proven on toy models (e179.lossless_exact, e179.lossless_mc); this test guards the real
 integration: rollback, drafter context, warping, q over a reduced draft vocabulary scattered into the full one.
 
-Deviation (2026-11-25): the spec names ``dspark-async``, but at R = 64 on this CPU the load-aware scheduler verifies
+Deviation (2026-11-25): the plan named ``dspark-async``, but at R = 64 on this CPU the load-aware scheduler verifies
 (correctly) almost nothing — 2 draft tokens in 127 rounds — so the speculative arm was plain decoding with other
 seeds and the test could not fail for a broken verify path. ``fixed:7`` verifies a full block in every round. The
 record keeps the drafted/accepted counts of the speculative arm (``spec_stats``), and a run whose speculative arm

@@ -7,7 +7,7 @@ back, in alternating order (the server idles while the in-process engine runs), 
 paired repeat; the claim is the mean of those ratios with its t-interval (``core.stats.repeats_estimate``; issue
 24: a timing is judged over repeats, and blocks of one arm after the other would fold any drift in machine load into
 the ratio). Supported when the whole interval is ≥ 0.90.
-The OpenAI-compatibility half of the spec's row is the server test suite (``tests/serve``), run by CI.
+The OpenAI-compatibility half of the claim is the server test suite (``tests/serve``), run by CI.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SETUPS = {
 
 CLAIMS = (
     Claim("E179-SRV", "Serving over HTTP costs little: per-user TPS through the OpenAI-compatible server (SSE, C = 1) "
-          "/ the same engine driven in-process (mean of per-request ratios).", "[R] spec §7 e179.server", "—",
+          "/ the same engine driven in-process (mean of per-request ratios).", "[R] engineering claim", "—",
           "srv_http_over_direct", ">=", 0.90),
 )
 

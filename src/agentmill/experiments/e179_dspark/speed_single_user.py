@@ -4,7 +4,7 @@ Every arm decodes every held-out prompt alone (batch 1, 1 thread, ``ignore_eos``
 the order rotated, so machine noise hits all arms alike. The speedup of an arm on a prompt is AR time / arm time;
 the claim is on the median over prompts (bootstrap CI).
 
-S1    ``dspark-async`` at T = 0: median speedup ≥ 1.5 (spec §8; the speedup model gives 1.3–1.7× for τ ≈ 2.5–3.2);
+S1    ``dspark-async`` at T = 0: median speedup ≥ 1.5 ([R] target; the speedup model gives 1.3–1.7× for τ ≈ 2.5–3.2);
 S1b   the same at T = 1.0: ≥ 1.3;
 S2    the drafter's share of round time ≤ 20% (mean over prompts of each decode's share, t-interval);
 T4    greedy outputs of every speculative arm token-identical to AR: share ≥ 0.99 (mismatches logged);
@@ -77,12 +77,12 @@ CLAIMS = (
           ">=", 0.99, judge_on="exact",
           exact_why="greedy decoding is deterministic: each output is token-identical to AR or not, and a mismatch is "
                     "a losslessness bug, not noise"),
-    Claim("E179-NC6a", "Negative control: a random-weight drafter accepts almost nothing (τ).", "[R] spec §7 NC-6",
+    Claim("E179-NC6a", "Negative control: a random-weight drafter accepts almost nothing (τ).", "[R] negative control",
           "—", "nc6_tau", "<=", 1.2),
     Claim("E179-NC6b", "Negative control: a random-weight drafter does not speed up decoding (median speedup).",
-          "[R] spec §7 NC-6", "—", "nc6_speedup", "<=", 1.0),
+          "[R] negative control", "—", "nc6_speedup", "<=", 1.0),
     Claim("E179-NC7", "The AR baseline is not handicapped: engine plain decode tok/s / transformers generate "
-          "tok/s (same weights, fp32, same threads; per-prompt pairs).", "[R] spec §7 NC-7", "—", "nc7_ar_vs_hf",
+          "tok/s (same weights, fp32, same threads; per-prompt pairs).", "[R] negative control", "—", "nc7_ar_vs_hf",
           ">=", 0.9),
 )
 
@@ -289,7 +289,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="SmolLM2-135M fp32 on 1 CPU thread (memory-bound ≈ 15–17 tok/s) vs GPU serving of 4B–14B targets; "
-               "verify cost rises steeply with block length on CPU (spec §8), so the speedup ceiling is ≈ 4×; quick "
+               "verify cost rises steeply with block length on CPU [R], so the speedup ceiling is ≈ 4×; quick "
                "uses 3 prompts × 40 tokens, 1 repetition, arms AR, dspark-async, fixed:7 and the random "
                "drafter (at T = 1 AR and dspark-async only).",
     requires=frozenset({"hf"}),

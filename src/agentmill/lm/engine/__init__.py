@@ -1,5 +1,5 @@
 """A ragged-batch Llama engine on CPU: per-request KV caches, O(1) rollback, one forward for mixed prefill and
-decode rows. The substrate for speculative decoding and the server (dspark spec §2.9, §6.2).
+decode rows. The substrate for speculative decoding and the server (docs/methods/dspark.md).
 
     from agentmill.lm.engine import LlamaEngine, RaggedBatch, SamplingParams
     eng = LlamaEngine.smollm2_135m()

@@ -1,4 +1,4 @@
-"""``LlamaEngine``: the ragged model plus its KV pool, behind the ``TargetModel`` surface (dspark spec §6.2).
+"""``LlamaEngine``: the ragged model plus its KV pool, behind the ``TargetModel`` surface [R].
 
 Why an engine of our own: transformers' caches cannot hold ragged per-request lengths in one batch or roll back
 rejected tokens cheaply, and speculative decoding needs both (plus plain autoregressive decoding through the same

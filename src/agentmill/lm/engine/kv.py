@@ -1,4 +1,4 @@
-"""Per-request KV caches with O(1) truncation (dspark spec §2.9).
+"""Per-request KV caches with O(1) truncation [R].
 
 Each sequence owns, per layer, one tensor ``[2, n_kv, capacity, head_dim]`` and a length pointer. Appending writes
 a slice; ``truncate`` only moves the pointer, so rejected draft tokens cost nothing to roll back (later appends

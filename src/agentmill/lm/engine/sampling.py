@@ -1,4 +1,4 @@
-"""Logit warping and per-request sampling for the engine (dspark spec §6.1 ``sampling.py``).
+"""Logit warping and per-request sampling for the engine [R].
 
 ``warp`` applies temperature, top-k and top-p in that order (the vLLM order) and returns the distribution the
 request actually samples from; speculative verification must use exactly this distribution, so it lives here once.

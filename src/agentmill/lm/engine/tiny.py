@@ -1,5 +1,5 @@
 """``tiny_llama``: a random 2-layer Llama with a byte tokenizer and a ChatML template, so engine, server and
-speculative tests run in milliseconds without SmolLM2 (dspark spec §6.1)."""
+speculative tests run in milliseconds without SmolLM2 [R]."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Audit of a run directory (spec autocog §6.7): hash chain, blobs, required event kinds, state.json vs ledger head.
+"""Audit of a run directory [R]: hash chain, blobs, required event kinds, state.json vs ledger head.
 
 Lives in the method (not only the CLI) because AC-8's experiment audits every kill point in-process; the CLI's
 ``agentmill autocog audit`` prints the same list. When the config event lists LM-driven roles (``lm_roles``),
@@ -17,7 +17,7 @@ from agentmill.core.ledger import Ledger
 REQUIRED_KINDS = ("config", "round_started", "proposal", "gate_result", "observation_committed", "data_requested",
                   "data_collected", "prediction", "leaderboard", "verdict", "candidate", "admitted",
                   "round_completed")
-"""Kinds every finished run holds (§6.7's per-round list; a run of >= 1 round has a verdict/candidate/admitted)."""
+"""Kinds every finished run holds ([R] per-round list; a run of >= 1 round has a verdict/candidate/admitted)."""
 
 
 def audit(run_dir: Path) -> list[str]:

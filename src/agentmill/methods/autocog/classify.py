@@ -1,16 +1,17 @@
-"""Per-participant strategy classification (spec autocog §4 "Outcome-based strategy classification", pitfall 18).
+"""Per-participant strategy classification ([R]: population scalars cannot tell a mixture of
+strategies from one dial).
 
 After Bröder & Schiffer (2003, J. Behav. Decis. Making 16:193) and Hilbig & Moshagen (2014, Psychon. Bull. Rev.
 21:1431): every strategy k makes a deterministic prediction on each item (A, B, or a tie); a participant applying k
 follows it except for a constant error rate e_k < ½, and guesses on ties. The log-likelihood of a participant's
 n_k informative choices with m_k deviations is m_k·ln e + (n_k − m_k)·ln(1 − e) + t_k·ln ½ (t_k tie trials); the ML
 error is ê = m_k / n_k, capped at ½ (at ½ a strategy is no better than guessing). Each participant is assigned the
-strategy of highest likelihood; the strategies have one free parameter each, so likelihoods compare directly (the
-spec asks for ML with a constant error; a guessing baseline with no parameter is reported as "guess" when no
+strategy of highest likelihood; the strategies have one free parameter each, so likelihoods compare directly (ML with a
+constant error, as planned [R]; a guessing baseline with no parameter is reported as "guess" when no
 strategy beats it).
 
 Why: AutoCog scores population scalars only, and a 50/50 mixture of TTB and WADD users can match one γ ≈ 3 dial on
-every scalar metric [I, pitfall 18]; classifying each person shows the mixture.
+every scalar metric [I]; classifying each person shows the mixture.
 """
 
 from __future__ import annotations

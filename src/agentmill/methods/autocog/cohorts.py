@@ -1,5 +1,5 @@
-"""Where real data come from (spec autocog §6.2): a hidden ground-truth theory, the web store's participants, or
-the vendored human observations replayed (§6.9 use 4)."""
+"""Where real data come from [R]: a hidden ground-truth theory, the web store's participants, or
+the vendored human observations replayed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from agentmill.methods.autocog.simulate import Data, simulate
 
 
 class SimulatedCohort:
-    """Participants drawn from a hidden ground truth with action noise ε_gt (§2.3). ``permute`` (NC-2) shuffles
+    """Participants drawn from a hidden ground truth with action noise ε_gt [R]. ``permute`` (NC-2) shuffles
     each subject's responses across trials, keeping choice rates but breaking the stimulus-choice link."""
 
     kind = "simulated"
@@ -24,7 +24,7 @@ class SimulatedCohort:
         self.ground_truth, self.action_noise, self.seed, self.permute = ground_truth, action_noise, seed, permute
 
     def describe(self) -> dict:
-        # Only what the audit needs; never the GT's name/prose in anything a role sees (pitfall 22).
+        # Only what the audit needs; never the GT's name/prose in anything a role sees [R].
         return {"kind": self.kind, "gt_id": self.ground_truth.content_id, "action_noise": self.action_noise,
                 "seed": self.seed, "permute": self.permute}
 
@@ -66,7 +66,7 @@ class HumanCohort:
 
 @dataclass(frozen=True)
 class ReplayObservation:
-    """One committed human observation (spec §6.9 use 4). ``rows``: the canonical file's rows in file order, exactly
+    """One committed human observation (human replay [R]). ``rows``: the canonical file's rows in file order, exactly
     what the committed metric saw (``real_value``). ``data``: the participants whose every trial is a pair of this
     observation's design, as :class:`Data` (pair index per trial, first ``design.n_trials`` trials); the others are
     listed in ``off_design_subjects`` (the cardinal run's round 2-4 files mix in participants who were shown the
@@ -113,7 +113,7 @@ def _on_design_data(design: Design, rows: list[dict]) -> tuple[Data, tuple]:
 
 
 class ReplayCohort:
-    """The vendored human observations (spec §6.9 use 4) served as a cohort: ``collect`` returns the committed
+    """The vendored human observations served as a cohort: ``collect`` returns the committed
     participants of the observation with the same id (``"<run>/<obs_id>"``) or, for the loop's own ids, the same
     design (content id); any other design has no human data and stays pending (None), as a human cohort would.
     ``observations`` also carries each observation's rows, committed metric source and real value so library
@@ -165,7 +165,7 @@ class ReplayCohort:
         """``theory``'s predicted value on ``obs``: ``n_sim`` simulated subjects on the observation's design (common
         random numbers keyed by ``seed`` and the observation id), scored with the committed metric source (run
         unchanged in the sandbox, :mod:`frame_metric`) or, when given, a template ``metric``. None when the theory
-        or the metric fails (scored as missing, §2.9)."""
+        or the metric fails (scored as missing [C])."""
         from agentmill.methods.autocog.frame_metric import run_frame_metric
         from agentmill.methods.autocog.sandbox import SandboxError
 

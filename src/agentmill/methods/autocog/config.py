@@ -1,4 +1,4 @@
-"""AutoCog configuration: the loop settings plus the programmatic roles' budgets (spec autocog §6.2, §6.4)."""
+"""AutoCog configuration: the loop settings plus the programmatic roles' budgets ([R]; docs/papers.md E176)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ class AutoCogConfig:
     alpha: float = 0.01
     """Welch gate level (function default in the code [C])."""
     n_designs: int = 200
-    """Random designs per SearchAdvocate proposal (§6.4 [R])."""
+    """Random designs per SearchAdvocate proposal [R]."""
     max_candidates: int = 600
-    """Reviser candidate budget (§6.4 [R]); stratified random subsample by family beyond it."""
+    """Reviser candidate budget [R]; stratified random subsample by family beyond it."""
     rescore_n: int = 200
     """Fresh subjects used to re-score the reviser's top 5 (curbs the winner's curse [R])."""
     rating_max: int = 1

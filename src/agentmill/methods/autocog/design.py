@@ -1,4 +1,4 @@
-"""Designs and schedules (spec autocog §2.1): validities v, rating range R, U unique pairs repeated K times."""
+"""Designs and schedules ([C]): validities v, rating range R, U unique pairs repeated K times."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ class Design:
         return sha256(j)[:16]
 
     def schedules(self, rng: np.random.Generator, n_subjects: int) -> np.ndarray:
-        """Pair index per (subject, trial): the U pairs replicated K times, shuffled per subject (§2.6 [R])."""
+        """Pair index per (subject, trial): the U pairs replicated K times, shuffled per subject [R] (the
+        repository shuffles once per design, unseeded)."""
         base = np.tile(np.arange(self.n_unique), self.repeats)
         return rng.permuted(np.broadcast_to(base, (n_subjects, base.size)), axis=1)
 
@@ -105,7 +106,7 @@ _VALIDITY_GRID.setflags(write=False)
 
 def random_design(rng: np.random.Generator, *, n_features: int = 4, rating_max: int = 1,
                   n_unique: tuple[int, int] = (6, 12), exclude_pairs: frozenset = frozenset()) -> Design:
-    """§6.4 SearchAdvocate designs: v sorted distinct from {0.50, 0.55, ..., 0.95}; U in [6, 12]; no A ≡ B pairs;
+    """SearchAdvocate designs [R]: v sorted distinct from {0.50, 0.55, ..., 0.95}; U in [6, 12]; no A ≡ B pairs;
     no pair (or its A↔B mirror) from ``exclude_pairs`` (the held-out battery)."""
     v = tuple(sorted(rng.choice(_VALIDITY_GRID, n_features, replace=False).tolist(), reverse=True))
     U = int(rng.integers(n_unique[0], n_unique[1] + 1))

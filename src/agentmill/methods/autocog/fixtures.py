@@ -1,8 +1,8 @@
-"""Loader and verifier for the human-data fixture (spec autocog §6.9): use 1 (integrity), use 2 (scorer regression),
+"""Loader and verifier for the human-data fixture (README deviation 11): use 1 (integrity), use 2 (scorer regression),
 use 3 (metric sources rerun in the sandbox). The fixture is vendored at ``tests/fixtures/autocog_human`` (built by
 ``scripts/vendor_autocog_fixture.py``); the loader takes a path so it may live anywhere.
 
-Layout this module reads (the spec names the files, this project fixes the JSON shapes):
+Layout this module reads (file names as in the repository [C]; JSON shapes ours, README deviation 11):
 
     DIR/manifest.json            {"source": url, "commit": sha, "files": {relative path: sha256 of the file}}
     DIR/LICENSE, DIR/NOTICE.md   attribution (the repository's MIT text; source, commit, hashes, transformations)
@@ -29,9 +29,9 @@ from agentmill.methods.autocog.scoring import leaderboard
 RUNS = ("binary", "cardinal")
 REQUIRED = ("LICENSE", "NOTICE.md")
 NEVER_VENDOR = ("*_participants.csv", "*_excluded.jsonl*", "*_og.jsonl*", "exp1.txt")
-"""§6.9: per-participant tables with Prolific IDs / browser flags and third-party data must never be vendored."""
+"""[R] per-participant tables with Prolific IDs / browser flags and third-party data must never be vendored."""
 TOLERANCE = 5e-4
-"""§6.9 use 2: the leaderboards must match 'to 3 decimals'."""
+"""Scorer regression [R]: the leaderboards must match 'to 3 decimals'."""
 
 
 def _sha256_file(p: Path) -> str:
@@ -76,7 +76,7 @@ def verify_fixture(root: Path) -> list[str]:
     present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - {"manifest.json"}
     problems += [f"{rel}: present but not in the manifest" for rel in sorted(present - set(man["files"]))]
     problems += [f"{name}: attribution file missing" for name in REQUIRED if not (root / name).is_file()]
-    problems += [f"{rel}: must never be vendored (§6.9)" for rel in sorted(present)
+    problems += [f"{rel}: must never be vendored (personal or third-party data)" for rel in sorted(present)
                  if any(fnmatch.fnmatch(Path(rel).name, pat) for pat in NEVER_VENDOR)]
     return problems
 
@@ -128,10 +128,10 @@ def data_summary(root: Path, run: str) -> dict:
 
 
 def replay_scores(root: Path, run: str, *, on_missing_real: str = "paper") -> dict:
-    """§6.9 use 2: the committed real values and predictions through ``scoring.leaderboard`` against the authors'
-    final leaderboard. ``passed`` when the label sets are equal and every label agrees to 3 decimals (same printed
-    value and |diff| <= ``TOLERANCE``). The authors' rule keeps an observation whose metric failed on the real data
-    (real value null) with every theory at normalised distance 1 (``on_missing_real="paper"``; pitfall 16 — the
+    """Scorer regression [R]: the committed real values and predictions through ``scoring.leaderboard`` against the
+    authors' final leaderboard. ``passed`` when the label sets are equal and every label agrees to 3 decimals (same
+    printed value and |diff| <= ``TOLERANCE``). The authors' rule keeps an observation whose metric failed on the real
+    data (real value null) with every theory at normalised distance 1 (``on_missing_real="paper"``; the
     cardinal run has one); the project's default ``"exclude"`` drops it and is reported as ``leaderboard_exclude``."""
     obs, final = load_run(root, run)
     labels = sorted({k for o in obs["observations"] for k in o.get("predicted_values", {})})
@@ -151,10 +151,10 @@ def replay_scores(root: Path, run: str, *, on_missing_real: str = "paper") -> di
 
 
 METRIC_TOLERANCE = 1e-9
-"""§6.9 use 3 / AC-13: a rerun metric equals the committed ``real_value`` within 1e-9."""
+"""AC-13 [R]: a rerun metric equals the committed ``real_value`` within 1e-9."""
 REWRITTEN = {
     ("cardinal", "round_001_obs_00"): "canonical file rewritten after the metric ran: the repository's "
-    "round_001_obs_00_og.jsonl (not vendored, §6.9) gives the committed 0.644620811287478 exactly; the canonical "
+    "round_001_obs_00_og.jsonl (not vendored) gives the committed 0.644620811287478 exactly; the canonical "
     "file has 36 more rows (2,304 vs 2,268) and gives 0.661806",
     ("cardinal", "round_001_obs_01"): "canonical file rewritten after the metric ran: on the repository's "
     "round_001_obs_01_og.jsonl (not vendored) the metric raises ValueError (shapes (4,) (5,)), hence the committed "
@@ -165,7 +165,7 @@ commit 6761c69e (in memory only). Attached as the reason when these observations
 
 
 def reproduce_metrics(root: Path, run: str, *, max_obs: int | None = None) -> list[dict]:
-    """§6.9 use 3: every committed metric source rerun in the sandbox (:mod:`frame_metric`) on its observation's
+    """AC-13 [R]: every committed metric source rerun in the sandbox (:mod:`frame_metric`) on its observation's
     vendored rows in file order. One dict per observation: ``value``/``variance`` ours, ``real_value``/
     ``real_variance`` committed, ``status`` = ``reproduced`` (|diff| <= 1e-9, or both null: the metric fails on the
     real data again), ``differs``, or ``non_reproducible`` with ``reason`` (the rerun raised, the sandbox refused

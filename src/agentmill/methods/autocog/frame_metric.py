@@ -1,6 +1,5 @@
-"""The repository's own metric code, ``def metric(data: pd.DataFrame) -> float``, run in the sandbox (spec autocog
-§6.9 use 3: "each committed metric source, rerun in the sandbox on the vendored rows in file order, equals
-``real_value``").
+"""The repository's own metric code, ``def metric(data: pd.DataFrame) -> float``, run in the sandbox [C]
+(AC-13: each committed metric, rerun on the vendored rows in file order, must give its ``real_value``).
 
 The authors' metrics take a pandas DataFrame (``iterrows``, ``apply``, ``groupby``, ``loc``), while this project's
 LLM-written metrics get a dict of numpy arrays (``metrics.data_columns``; pandas is not importable there). To run the
@@ -102,7 +101,7 @@ def check_frame_source(source: str) -> ast.Module:
 def run_frame_metric(source: str, rows: list[dict]) -> dict:
     """Run a repository-style ``metric(data: pd.DataFrame)`` on ``rows`` (dicts in file order) in one sandboxed
     child. Returns {value, variance, n_subjects, error, layers}: ``value`` None with ``error`` when the pooled call
-    raised (a metric failing on real data, pitfall 16). A compile error, a policy violation, a timeout or the memory
+    raised (a metric failing on real data). A compile error, a policy violation, a timeout or the memory
     limit raises the matching ``SandboxError``."""
     check_frame_source(source)
     if not rows or "subject_id" not in rows[0]:

@@ -1,8 +1,8 @@
-"""The discrimination gate (spec autocog §2.8): a Welch t-test at the *real* sample size on two simulated metric
+"""The discrimination gate [C `AutoCog.propose_round`]: a Welch t-test at the *real* sample size on two simulated metric
 estimates. Accept iff p < α (α = 0.01, the code's function default [C `AutoCog.propose_round`]).
 
-Alternatives (spec §2.8, §4 "Adaptive design optimisation", §6.2): ``power_gate`` (Monte Carlo power of the real
-N = 25 experiment, pitfall 1: the plug-in Welch gate admits designs at about 50% power) and ``jsd_gate`` (JSD of the
+Alternatives [R]: ``power_gate`` (Monte Carlo power of the real
+N = 25 experiment [I]: the plug-in Welch gate admits designs at about 50% power) and ``jsd_gate`` (JSD of the
 pooled simulated choices above a calibrated threshold, [C `src/jsd.py`]); ``calibrate_jsd_threshold`` recomputes
 that threshold.
 """
@@ -71,7 +71,7 @@ def power_gate(a: MetricValue, b: MetricValue, *, n_real: int = N_REAL, alpha: f
                n_mc: int = 2000, rng: np.random.Generator) -> GateResult:
     """Accept iff the Monte Carlo power of a real ``n_real``-per-group Welch test at ``alpha`` is ≥ ``target_power``.
 
-    [R] (spec §4: the "principled version of the gate", §6.2 signature; target power 0.8 is the spec's default).
+    [R] (a principled version of the gate; target power 0.8 is this project's default).
     Each replication draws ``n_real`` subjects per theory — resampled from the simulated per-subject values when the
     MetricValue carries them (shares are bounded, so no normal approximation), else from N(μ, σ²) — and runs Welch's
     test. ``p``, ``t``, ``df`` are the plug-in Welch values (as in ``welch_gate``); ``stat`` is the power.

@@ -1,12 +1,12 @@
-"""Jensen-Shannon divergence between two theories' simulated choices (spec autocog §2.8 "JSD alternative"
-[C `src/jsd.py`, `configs/jsd_threshold.json`], §2.12 and §6.6 recovery metrics).
+"""Jensen-Shannon divergence between two theories' simulated choices (the repository's JSD gate
+[C `src/jsd.py`, `configs/jsd_threshold.json`], and the recovery metrics [C `scripts/jsd_recovery.py`]).
 
 Each theory's simulated subjects are pooled, which marginalises its parameters. *Static* JSD compares the per-trial
 Bernoulli choice marginals; *sequence* JSD compares the lag-1 joint distribution of (previous, current) response
 over 4 outcomes. Both are averaged over trials, in nats (≤ ln 2).
 
 Trial alignment [R]: the repository shuffles once per design, so trial position t is the same stimulus for every
-subject. Here schedules are shuffled per subject (§2.6), so "per trial" means per *unique pair* for the static JSD
+subject. Here schedules are shuffled per subject [R], so "per trial" means per *unique pair* for the static JSD
 (the pair's choice marginal, each pair weighted by its number of trials — identical to the per-position average
 under a shared order), and per *trial position* for the sequence JSD (a lag-1 joint is a property of adjacent
 trials, pooled over subjects); with common random numbers both data sets share their schedules.
@@ -46,7 +46,7 @@ def _check_pair(a: Data, b: Data) -> None:
 
 
 def static_jsd(a: Data, b: Data) -> float:
-    """Mean over trials of JSD between the two pooled Bernoulli choice marginals (per unique pair, §2.8)."""
+    """Mean over trials of JSD between the two pooled Bernoulli choice marginals (per unique pair)."""
     _check_pair(a, b)
     U = a.design.n_unique
     tot, acc = 0, 0.0

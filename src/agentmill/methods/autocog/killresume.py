@@ -1,4 +1,4 @@
-"""Kill-and-resume harness for AC-8 (spec autocog §6.7 "Resume", §7 AC-8).
+"""Kill-and-resume harness for AC-8 (AC-8, an engineering claim [R]).
 
 Starts a run as a child process in its own session, waits until its ledger holds ``at_event`` lines, sends SIGKILL
 to the whole process group (the crash the ledger's fsync-per-event design must survive), then runs the resume

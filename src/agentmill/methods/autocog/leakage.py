@@ -1,11 +1,12 @@
-"""Ground-truth leakage check (spec autocog §5 pitfall 22, §7 AC-12): no prompt the loop sends may contain the
-hidden ground truth's name, prose or code tokens.
+"""Ground-truth leakage check (AC-12 [R]; the repository tests the same, ``tests/test_prompt_no_gt_leak.py`` [C]): no
+prompt the loop sends may contain the hidden ground truth's name, prose or code tokens.
 
 The tokens of a ground truth are (1) its names (registry name, display name, recovery key), matched as whole words,
 case-insensitively; (2) its prose, verbatim; (3) its code: every line of its rule's source at least
 ``MIN_LINE`` characters long (whitespace-normalised) and every identifier the rule uses that the library defines
-(``wadd_delta``, ``dial_weights``, ``power_shift`` …), as whole identifiers, and those helpers' lines. A library theory's "code" is the
-Python function that computes its Δ (``library.RULES``); an LLM-written ``CodeTheory``'s code is its source.
+(``wadd_delta``, ``dial_weights``, ``power_shift`` …), as whole identifiers, and those helpers' lines. A library
+theory's "code" is the Python function that computes its Δ (``library.RULES``); an LLM-written ``CodeTheory``'s code is
+its source.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The theory library (spec autocog §2.4): classic multi-attribute rules with exact formulas, vectorised over
-subjects and trials, plus the typed program grammar of the LLM-free reviser (§6.4).
+"""The theory library ([C] rules; [R] vectorisation): classic multi-attribute rules with exact formulas, vectorised over
+subjects and trials, plus the typed program grammar of the LLM-free reviser [R].
 
 Every factory accepts keyword overrides for any parameter (a float pins it; an Interval/Choice re-ranges it) and
-``policy="sample"|"argmax"``. d_i = x_{A,i} - x_{B,i}. Rules use the §2.3 noise model unless marked.
+``policy="sample"|"argmax"``. d_i = x_{A,i} - x_{B,i}. Rules use the repository's noise model [C] unless marked.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from scipy.stats import rankdata
 
 from agentmill.methods.autocog.theory import Bind, Interval, LibraryTheory, ParamSpace, Spec, VectorInterval, lapse_logistic
 
-# §2.3 [C theories/heuristic_decision_making/*.yaml]: beta in [0.1, 20], eps in [0, 0.5].
+# [C theories/heuristic_decision_making/*.yaml]: beta in [0.1, 20], eps in [0, 0.5].
 NOISE = {"beta": Interval(0.1, 20.0), "eps": Interval(0.0, 0.5)}
 
 
@@ -60,7 +60,7 @@ def wadd_delta(p, A, B, ctx):
 
 
 def logodds_delta(p, A, B, ctx):
-    v = np.clip(_v(ctx), 0.5 + 1e-6, 1 - 1e-6)  # §2.4 rule 5 [C `_bayesian_normative_choice`]
+    v = np.clip(_v(ctx), 0.5 + 1e-6, 1 - 1e-6)  # [C `_bayesian_normative_choice`]
     return ((A - B) * np.log(v / (1 - v))).sum(-1)
 
 
@@ -257,7 +257,7 @@ REGISTRY: dict[str, Callable[..., LibraryTheory]] = {
 }
 
 # ---------------------------------------------------------------------------------------------------------------
-# §6.4 program grammar: (transform, weighting, comparison) + the §2.3 noise model, plus one mixture family.
+# [R] program grammar: (transform, weighting, comparison) + the noise model [C], plus one mixture family.
 
 TRANSFORMS = ("identity", "power_shift", "threshold", "sat_exp")
 WEIGHTINGS = ("equal", "validity", "logodds", "dial", "rank")
@@ -314,7 +314,7 @@ def program(transform: str, weighting: str, comparison: str, ranges: dict | None
     p·lexicographic + (1-p)·additive-validity family (transform applies to both parts)."""
     ranges = ranges or {}
     if comparison == "lexicographic":
-        weighting = "validity"  # lexicographic takes only the validity order (§6.4)
+        weighting = "validity"  # lexicographic takes only the validity order [R]
     specs: dict[str, Spec] = dict(NOISE)
     specs.update(MECH_PRIORS[transform])
     if comparison == "mixture":
@@ -345,7 +345,7 @@ def program(transform: str, weighting: str, comparison: str, ranges: dict | None
 
 
 def families(cardinal: bool) -> list[tuple[str, str, str]]:
-    """Grammar families: 12 binary (transforms collapse to identity on binary cues, §2.5), 45 cardinal."""
+    """Grammar families: 12 binary (transforms collapse to identity on binary cues [I]), 45 cardinal."""
     trs = TRANSFORMS if cardinal else ("identity",)
     out = []
     for t in trs:

@@ -1,4 +1,4 @@
-"""The AutoCog loop (spec autocog §2.11, §6.5), every step memoised in the hash-chained ledger.
+"""The AutoCog loop ([C] ``main_decision_making_binary.py``; [R]), every step memoised in the hash-chained ledger.
 
 Each step has a stable key (``r2/s1/proposal``) and a deterministic RNG derived from (seed, round, slot, step).
 On resume the loop re-runs from the top: a step whose key is in the ledger returns its recorded payload instead
@@ -51,10 +51,10 @@ class LoopConfig:
     seed: int = 0
     """Run seed; every step's RNG derives from (seed, round, slot, step)."""
     gate: str = "welch"
-    """Discrimination gate (spec §6.2 LoopConfig.gate): 'welch' (the paper's [C]), 'power' (Monte Carlo power at
+    """Discrimination gate [R]: 'welch' (the paper's [C]), 'power' (Monte Carlo power at
     the real N), 'jsd_static' / 'jsd_sequence' (JSD of the simulated choices [C `src/jsd.py`])."""
     target_power: float = 0.8
-    """Power gate: accept iff the estimated power is >= this (spec §6.2 default)."""
+    """Power gate: accept iff the estimated power is >= this ([R] default)."""
     jsd_threshold: float = JSD_THRESHOLD
     """JSD gates: accept iff JSD > this (0.0407 [C `configs/jsd_threshold.json`])."""
 
@@ -90,7 +90,7 @@ class RunResult:
     ledger_head: str
     history: list = field(default_factory=list)
     prospective: dict = field(default_factory=dict)
-    """Theory name → score on observations after its admission only (None if none; pitfall 4)."""
+    """Theory name → score on observations after its admission only (None if none; in-sample otherwise [R])."""
 
 
 class AutoCogLoop:

@@ -1,4 +1,4 @@
-"""Metrics: scalars over choice data, with a per-subject variance (spec autocog §2.7, templates §6.4).
+"""Metrics: scalars over choice data, with a per-subject variance ([C] ``src/metric.py``; templates [R]).
 
 A :class:`MetricValue` is (value on the pooled data, population variance (ddof 0) of the same metric per subject,
 the per-subject values). Every template is a share over a trial mask, so the per-subject value is always defined
@@ -183,7 +183,7 @@ TEMPLATE_NAMES = ("p_choose_a", "agree", "conflict", "top_cue_vs_majority", "low
 
 
 def templates_for(own, opponent, *, cardinal: bool) -> list[TemplateMetric]:
-    """The §6.4 template set for a pair of slot theories (history-dependent theories have no deterministic core)."""
+    """The metric template set for a pair of slot theories (history-dependent theories have no deterministic core)."""
     out = [TemplateMetric("p_choose_a")]
     cores = [t for t in (own, opponent) if not t.history_dependent]
     for t in cores:
@@ -199,9 +199,9 @@ def templates_for(own, opponent, *, cardinal: bool) -> list[TemplateMetric]:
 
 
 def data_columns(data: Data) -> tuple[dict, dict]:
-    """Tidy per-trial columns (spec §2.1; one row per trial, subjects in order) and the design constants that an
-    LLM-written metric sees as ``data[...]``: numpy arrays, not a DataFrame (pandas is not importable in the
-    sandbox — a deviation from the repository, whose metrics take a ``pd.DataFrame``)."""
+    """Tidy per-trial columns (the repository's format [C]; one row per trial, subjects in order) and the design
+    constants that an LLM-written metric sees as ``data[...]``: numpy arrays, not a DataFrame (pandas is not importable
+    in the sandbox — a deviation from the repository, whose metrics take a ``pd.DataFrame``)."""
     A, B = data.stimuli()
     S, T = data.resp.shape
     cols = {"subject_id": np.repeat(np.arange(S), T), "trial_idx": np.tile(np.arange(T), S),
@@ -217,11 +217,11 @@ METRIC_DATA_DOC = ("data is a dict of numpy arrays, one row per trial, subjects 
 
 @dataclass(frozen=True)
 class CodeMetric:
-    """An LLM-written ``metric(data) -> float`` (spec §2.7, §6.3), run only in the sandbox
+    """An LLM-written ``metric(data) -> float`` (as in the repository [C]), run only in the sandbox
     (:func:`~agentmill.methods.autocog.sandbox.run_metric`): one child call evaluates the pooled data and every
     subject's rows. Value = the pooled call; variance = population variance (ddof 0) of the per-subject values,
     None if any per-subject call failed (the gate then rejects). Never raises on bad code: a failing pooled call
-    gives MetricValue(None, None, None), scored as missing, like a failing theory (§9)."""
+    gives MetricValue(None, None, None), scored as missing, like a failing theory [R]."""
 
     source: str
     rationale: str = ""
@@ -286,7 +286,7 @@ def _pred_key(theory, design, metric, n_sim: int, seed) -> tuple | None:
 
 def predicted_estimate(theory, design, metric: TemplateMetric | CodeMetric, n_sim: int, seed: tuple) -> MetricValue:
     """Simulate ``theory`` on ``design`` (``n_sim`` subjects, common random numbers keyed by ``seed``) and apply
-    ``metric``. A failing theory yields MetricValue(None, None, None) (scored 1, §9).
+    ``metric``. A failing theory yields MetricValue(None, None, None) (scored 1) [R].
 
     Memoised (``_pred_key``): the reviser re-scores the same grammar candidates on the same observations every
     round, and the result is a pure function of the key. Hits share the MetricValue, whose per-subject array is made

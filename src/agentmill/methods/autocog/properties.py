@@ -1,9 +1,9 @@
-"""Declarative theory properties and their checker (spec autocog §6.1 `properties.py`, pitfall 20).
+"""Declarative theory properties and their checker ([R]: prose claims about a theory are checked on its code).
 
 Pitfall 20 [S]: the gap between a theory's prose and its code is unaudited in the paper. Here a theory *declares*
 checkable properties and the checker tests them on every ordered binary pair and a seeded cardinal sample, so a
 prose claim such as "ignores cues after the first discriminating one" is either true of the code or reported with a
-counterexample. The properties are the spec's examples (monotone in each cue, ignores cues after the first
+counterexample. The properties are planned examples [R] (monotone in each cue, ignores cues after the first
 discriminating one, invariant to common rescaling) plus A↔B symmetry; their exact tests are the project's [R].
 
 The theory is evaluated at one "typical" subject (its prior midpoints, :meth:`ParamSpace.midpoint`), history-free.
@@ -110,7 +110,7 @@ PROPERTIES: dict[str, Callable] = {"symmetric": symmetric, "monotone": monotone,
                                    "scale_invariant": scale_invariant}
 
 DECLARED: dict[str, tuple[str, ...]] = {
-    # [R] what each library rule's prose implies (spec §2.4); the checker verifies it against the code
+    # [R] what each library rule's prose implies ; the checker verifies it against the code
     "ttb": ("symmetric", "monotone", "lexicographic", "scale_invariant"),
     "tallying": ("symmetric", "monotone", "scale_invariant"),
     "ew": ("symmetric", "monotone", "scale_invariant"),
@@ -126,7 +126,7 @@ DECLARED: dict[str, tuple[str, ...]] = {
 
 def pairs_for(validities, rating_max: int, *, n_cardinal: int = 500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Every ordered binary pair of F = len(validities) cues (A ≠ B), plus ``n_cardinal`` seeded random pairs on
-    the 0..``rating_max`` scale when rating_max > 1 (the spec's "all binary pairs and a cardinal sample")."""
+    the 0..``rating_max`` scale when rating_max > 1 ("all binary pairs and a cardinal sample" [R])."""
     F = len(validities)
     vecs = list(itertools.product((0, 1), repeat=F))
     pairs = [(a, b) for a in vecs for b in vecs if a != b]

@@ -1,4 +1,5 @@
-"""Ground-truth recovery (spec autocog §6.6): ground truths, the held-out battery, one recovery run, its metrics.
+"""Ground-truth recovery [R] (docs/methods/autocog.md): ground truths, the held-out battery, one recovery run, its
+metrics.
 
 The battery is built once (seed 0) by greedy selection of 40 pairs that maximise the minimum Euclidean distance
 between the ground truths' P(A) vectors, frozen as JSON with its SHA-256 (``battery.json`` next to this module),
@@ -22,9 +23,9 @@ from agentmill.methods.autocog import library as L
 from agentmill.methods.autocog.simulate import expected_choice_props
 
 BATTERY_PATH = Path(__file__).with_name("battery.json")
-V = (0.9, 0.8, 0.7, 0.6)  # §2.12/§6.6: v of the Hilbig 2014 Exp. 1 battery
+V = (0.9, 0.8, 0.7, 0.6)  # v of the Hilbig 2014 Exp. 1 battery [C `scripts/eval_hilbig.py`]
 N_BATTERY = 40
-R_BOUND = 0.85  # §6.6 pre-registered property
+R_BOUND = 0.85  # [R] pre-registered battery property
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class GroundTruth:
         return LIBRARY_FAMILY[self.factory]
 
 
-# §6.6 table: mechanism parameters pinned, noise parameters from the library prior.
+# [R] mechanism parameters pinned, noise parameters from the library prior.
 GROUND_TRUTHS = {
     "ttb": GroundTruth("ttb", "ttb", (), 1, ("tallying", "wadd")),
     "tallying": GroundTruth("tallying", "tallying", (), 1, ("ttb", "wadd")),
@@ -61,13 +62,13 @@ def _ctx(R: int) -> dict:
     return {"validities": np.asarray(V), "n_features": len(V), "rating_max": R}
 
 
-N_RANDOM_POOL = 5000  # §6.6: "pool = 5,000 random pairs plus rule-generated steep-vs-flat and level-shift pairs"
-N_LEVEL_SHIFT_BASES = 100  # [R] how many level-shift base pairs; the spec gives no count
+N_RANDOM_POOL = 5000  # [R] 5,000 random pairs plus the rule-generated pairs below
+N_LEVEL_SHIFT_BASES = 100  # [R] how many level-shift base pairs; no source gives a count
 
 
 def steep_vs_flat_pairs(R: int, F: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Rule-generated steep-vs-flat pairs for the cardinal battery pool (spec §6.6, "preregistration style"; the
-    construction is the project's [R], after the preregistration's H2 "steep-over-flat choice rate", §3).
+    """Rule-generated steep-vs-flat pairs for the cardinal battery pool ("preregistration style"; the
+    construction is the project's [R], after the preregistration's H2 "steep-over-flat choice rate").
 
     Under a concave utility (DR-WADD, u(x) = (x+s)^α − s^α) the same rating gap weighs more low on the scale (the
     steep part of u) than high on it (the flat part). Each pair puts one option's lead of g on cue i at the bottom
@@ -91,8 +92,8 @@ def steep_vs_flat_pairs(R: int, F: int) -> list[tuple[tuple[int, ...], tuple[int
 
 def level_shift_pairs(R: int, F: int, seed: int, n_bases: int = N_LEVEL_SHIFT_BASES
                       ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Rule-generated level-shift pairs (spec §6.6 "preregistration style"; construction [R], after the
-    preregistration's H3 "level-shift effect", §3): a base pair (a, b) with every rating in [0, ⌊R/2⌋] and the same
+    """Rule-generated level-shift pairs ("preregistration style"; construction [R], after the
+    preregistration's H3 "level-shift effect"): a base pair (a, b) with every rating in [0, ⌊R/2⌋] and the same
     pair shifted up by k = R − max(a ∪ b) on every cue. Differences d_i are unchanged, so TTB, Tallying, EW and WADD
     give the two pairs the same P(A); a concave utility shrinks the shifted pair's differences toward ½.
     ``n_bases`` distinct seeded base pairs (a ≠ b); base then shifted pair, in order.
@@ -143,7 +144,7 @@ def _props(theories: dict, A, B, R: int, n_draws: int) -> dict[str, np.ndarray]:
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson r; a constant vector gives r = 0 (§6.6)."""
+    """Pearson r; a constant vector gives r = 0 [R]."""
     if np.std(x) == 0 or np.std(y) == 0:
         return 0.0
     return float(np.corrcoef(x, y)[0, 1])
@@ -217,7 +218,7 @@ N_JSD = 300  # simulated subjects per side for the battery JSDs (the calibration
 
 
 def battery_jsd(theory, gt: GroundTruth, bat: dict, eps_gt: float, *, n: int = N_JSD, seed: int = 3) -> dict:
-    """Static and sequence JSD (spec §2.12 [C `scripts/jsd_recovery.py`], §6.6) of ``theory``'s simulated choices
+    """Static and sequence JSD ([C `scripts/jsd_recovery.py`]) of ``theory``'s simulated choices
     against the ground truth's on the battery design, next to the GT-vs-GT floor (two independent GT samples of the
     same size). The GT side carries the run's action noise ε_gt, as the data the loop saw did (the same population
     the MAE is taken against) [R]. A theory is behaviourally indistinguishable when its JSD is near the floor."""
@@ -300,15 +301,14 @@ if __name__ == "__main__":  # python -m agentmill.methods.autocog.recovery: (re)
     BATTERY_PATH.write_text(json.dumps(out, indent=1))
 
 
-R_MIN, BEST_SEED_R, DELTA_R_MIN = 0.90, 0.85, 0.10  # spec §7 AC-7 threshold column
-SEED_SHARE_FULL = 0.8  # "≥ 4/5 seeds" (spec §7 AC-7)
+R_MIN, BEST_SEED_R, DELTA_R_MIN = 0.90, 0.85, 0.10  # AC-7's pre-registered rule [R]
+SEED_SHARE_FULL = 0.8  # "≥ 4/5 seeds" (AC-7 [R])
 
 
 def run_passes(m: dict) -> bool:
     """One run (seed) of one cell passes AC-7.
 
-    Spec §7 AC-7, threshold column: "r ≥ 0.90 in ≥ 4/5 seeds in **every** cell; where the best seed r < 0.85, also
-    Δr ≥ 0.10". Quick column: "1 seed per cell (15 runs; pass = ≥ 12/15 cells with r ≥ .90)".
+    AC-7's pre-registered rules [R] (``e176.recovery``'s ``SPEC_AC7_THRESHOLD`` and ``SPEC_AC7_QUICK_FULL``).
 
     Ambiguity (settled from the text, never from data): the quick column names only "r ≥ .90"; it does not say
     whether the threshold column's Δr clause still applies to a quick cell. The quick column restates the cell

@@ -1,4 +1,5 @@
-"""AutoCog's sandbox for untrusted (LLM- or file-supplied) theory and metric code (spec autocog §9).
+"""AutoCog's sandbox for untrusted (LLM- or file-supplied) theory and metric code [R] (the repository runs it with
+``exec``).
 
 The mechanics live in :mod:`agentmill.core.sandbox`; this module holds AutoCog's values, harnesses and the parent's
 checks of their answers. Layers: (1) a static AST policy before anything runs (only ``import numpy [as np]`` /

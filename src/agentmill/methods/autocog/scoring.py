@@ -1,4 +1,4 @@
-"""Scoring on all data so far (spec autocog §2.9 [C `src/observation.py`, `src/feedback.py`]).
+"""Scoring on all data so far ([C `src/observation.py`, `src/feedback.py`]).
 
 d_{o,T} = |p_{o,T} - r_o|; per observation min-max normalised across theories (all equal -> 0; missing -> 1);
 score s_T = 1 - ||n_{.,T}||_2 / max_T' ||n_{.,T'}||_2 (all norms 0 -> all 1).
@@ -28,7 +28,7 @@ def leaderboard(observations: Sequence[tuple[float | None, Mapping[str, float | 
     sq = {t: 0.0 for t in theories}
     for real, preds in observations:
         if real is None and on_missing_real == "exclude":
-            continue  # pitfall 16: a metric that failed on real data would score everyone 1
+            continue  # [R] a metric that failed on real data would score everyone 1
         n = normalized_distances(real, {t: preds.get(t) for t in theories})
         for t in theories:
             sq[t] += n[t] ** 2
@@ -40,7 +40,7 @@ def leaderboard(observations: Sequence[tuple[float | None, Mapping[str, float | 
 
 def aggregate_loss(cand: Sequence[float | None],
                    observations: Sequence[tuple[float | None, Mapping[str, float | None]]]) -> float:
-    """L(C) = mean_o |p_{o,C} - r_o| / spread_o, spread over {r_o, p_{o,C}} ∪ registered predictions (§2.9)."""
+    """L(C) = mean_o |p_{o,C} - r_o| / spread_o, spread over {r_o, p_{o,C}} ∪ registered predictions [C]."""
     losses = []
     for c, (real, preds) in zip(cand, observations):
         if real is None:
@@ -55,7 +55,7 @@ def aggregate_loss(cand: Sequence[float | None],
 
 
 def raw_errors(observations, theories) -> dict[str, float]:
-    """Mean |p - r| per theory (pitfall 3: report magnitude next to the relative score)."""
+    """Mean |p - r| per theory ([R] report magnitude next to the relative score)."""
     out = {}
     for t in theories:
         e = [abs(p[t] - r) for r, p in observations if r is not None and p.get(t) is not None]
@@ -66,14 +66,14 @@ def raw_errors(observations, theories) -> dict[str, float]:
 def prospective_scores(observations: Sequence[tuple[int, float | None, Mapping[str, float | None]]],
                        admitted_round: Mapping[str, int], *, on_missing_real: str = "exclude"
                        ) -> dict[str, float | None]:
-    """Each theory's leaderboard score on the observations collected *after* its admission only (pitfall 4: post-admit
-    scores are in-sample, because a revised theory was optimised on the very observations it is scored on [R]).
+    """Each theory's leaderboard score on the observations collected *after* its admission only (post-admit scores
+    are in-sample, because a revised theory was optimised on the very observations it is scored on [R]).
 
     ``observations``: (round collected, real value, {theory: prediction}); ``admitted_round``: theory → the round in
-    which it was admitted (seeds: 0). A theory admitted in round r (after that round's data) is scored with §2.9's
+    which it was admitted (seeds: 0). A theory admitted in round r (after that round's data) is scored with the paper's
     rule on the observations of rounds > r, against every theory that has a prediction on all of them (after
     backfill: every registered theory, i.e. the leaderboard's own set restricted to those observations).
-    None when no such observation exists (spec §6.2: "None if no post-admission data")."""
+    None when no such observation exists (None if there are no post-admission data [R])."""
     out: dict[str, float | None] = {}
     for t, r_adm in admitted_round.items():
         later = [(real, preds) for rnd, real, preds in observations if rnd > r_adm

@@ -1,4 +1,4 @@
-"""Simulated participants (spec autocog §2.6): per-subject parameter draws, per-subject shuffled schedules, policy,
+"""Simulated participants ([C] with [R] fixes): per-subject parameter draws, per-subject shuffled schedules, policy,
 optional ground-truth action noise. Vectorised over subjects; history-dependent theories loop over trials.
 
 Common random numbers: schedules, parameter draws and choice uniforms come from separate streams keyed by
@@ -42,7 +42,7 @@ class Data:
         return cls(Design.from_json(d["design"]), np.asarray(d["pair_idx"], int), np.asarray(d["resp"], int))
 
     def to_rows(self) -> list[dict]:
-        """Tidy rows in the repository's format (§2.1) plus trial_idx and pair_idx."""
+        """Tidy rows in the repository's format [C] plus trial_idx and pair_idx."""
         A, B = self.stimuli()
         rows = []
         for s in range(self.n_subjects):

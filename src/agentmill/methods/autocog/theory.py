@@ -1,4 +1,4 @@
-"""Theories as programs with parameter priors (spec autocog §2.2-§2.3).
+"""Theories as programs with parameter priors ([C] theory programs and noise model).
 
 A theory maps (sampled parameters, stimulus, history) to choice probabilities. Parameters are never fitted: every
 simulated subject draws its own parameters from the theory's :class:`ParamSpace` (the prior), so a theory is judged
@@ -201,7 +201,7 @@ def sha256(obj: Any) -> str:
 
 
 def lapse_logistic(delta: np.ndarray, beta: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    """§2.3 shared noise model: P(A) = (1 - ε)·σ(β·Δ) + ε/2. ``beta``/``eps`` broadcast as (S, 1)."""
+    """Shared noise model [C]: P(A) = (1 - ε)·σ(β·Δ) + ε/2. ``beta``/``eps`` broadcast as (S, 1)."""
     # maximum/minimum is what np.clip computes (NaN passes through), without np.clip's Python-level dispatch
     z = np.minimum(np.maximum(beta * delta, -500.0), 500.0)
     return (1 - eps) / (1 + np.exp(-z)) + eps / 2
@@ -299,12 +299,12 @@ class CodeTheory:
 
 REPO_FIELDS = {"name": ("name",), "prose": ("theory", "description"), "predict": ("predict", "predict_source"),
                "policy": ("policy", "policy_source"), "parameters": ("parameters",)}
-"""The repository's theory record (spec §2.2 [C]): YAML keys first, then the keys of ``state.json``'s theory sources
+"""The repository's theory record [C]: YAML keys first, then the keys of ``state.json``'s theory sources
 as the fixture's ``observations.json`` keeps them (``description``, ``predict_source``, ``policy_source``)."""
 
 
 def _policy_kind(source: str) -> Literal["sample", "argmax"]:
-    """Map the repository's ``policy(probabilities)`` source to the project's policy [C §2.2: policies are
+    """Map the repository's ``policy(probabilities)`` source to the project's policy [C: policies are
     ``np.random.choice`` on the probabilities or ``argmax``]. Only the called names are read; the code never runs
     (the project applies the policy itself, with its own seeded uniforms: deviation 8)."""
     try:
@@ -362,7 +362,7 @@ def theory_from_repo_record(record: dict, *, name: str | None = None) -> CodeThe
 
 
 def load_theory_yaml(path_or_text: str | Path) -> CodeTheory:
-    """The repository's theory YAML (spec §2.2, §6.9 use 5: ``name``, ``theory``, ``predict``, ``policy``,
+    """The repository's theory YAML ([C]: ``name``, ``theory``, ``predict``, ``policy``,
     ``parameters``) as a sandboxed :class:`CodeTheory`. A :class:`~pathlib.Path` (or a string naming an existing
     ``.yaml``/``.yml`` file) is read; any other string is the YAML text. Parsed with ``yaml.safe_load`` (no tags,
     no objects). Needs the ``autocog`` extra (pyyaml)."""

@@ -1,4 +1,5 @@
-"""Exact expected steps to the target, its policy gradient, and the closed forms (spec rl-rollouts §2.9).
+"""Exact expected steps to the target, its policy gradient, and the closed forms ([R] model; values checked by exact
+solves).
 
 Arms share the policy's parameters and the hub choice is memoryless, so for a fixed goal arm g every wrong arm
 behaves alike. The exact chain therefore has the states
@@ -9,7 +10,7 @@ behaves alike. The exact chain therefore has the states
 π_hub(g). We solve (I - Q) T = 1 for each g and average over g ~ Uniform(W).
 
 Before solving we check on the support graph that every state reachable from the hub can reach the target; if
-one cannot, the answer is ``math.inf`` with a reason, never a number from a near-singular solve (spec §9).
+one cannot, the answer is ``math.inf`` with a reason, never a number from a near-singular solve [R].
 
 Gradient [R, standard policy-gradient identity for absorbing chains with unit step cost]:
 
@@ -212,7 +213,7 @@ def hitting_time(policy: TabularPolicy, env: PathStarMultigraph | None = None) -
 
 
 def expected_hitting_time(policy: TabularPolicy, env: PathStarMultigraph | None = None) -> float:
-    """Exact E[T] (spec §6.4); ``math.inf`` when the target is not reached almost surely."""
+    """Exact E[T]; ``math.inf`` when the target is not reached almost surely."""
     return hitting_time(policy, env).value
 
 
@@ -241,14 +242,14 @@ def objective_and_grad(policy: TabularPolicy, objective: str = "steps") -> tuple
     return float(np.mean(vals)), np.concatenate([g_hub, g_arm.ravel()]), None
 
 
-# ---- closed forms (spec §2.9) ----------------------------------------------------------------------------------
+# ---- closed forms [R] -------------------------------------------------------------------------------------------
 def optimal_time(W: int, K: int) -> int:
     """T* = K(2W-1), the RLVR limit."""
     return K * (2 * W - 1)
 
 
 def sft_converged_time(W: int, K: int, L: int) -> float:
-    """Closed form for P(back|fwd) = 0, P(back|bwd) = b = 1/(L+1), uniform hub (spec §2.9):
+    """Closed form for P(back|fwd) = 0, P(back|bwd) = b = 1/(L+1), uniform hub [R]:
 
     T = K + (W-1)(K + 1 + E_{K-1}),  E_0 = 0,  E_j = b(1 + E_{j-1}) + (1-b)(K - j + 1 + E_{K-1}).
 
@@ -265,5 +266,5 @@ def sft_converged_time(W: int, K: int, L: int) -> float:
 
 
 def restart_time(W: int, K: int, restart_cost: float) -> float:
-    """E[T] of the SFT-converged policy under RestartAfter(τ=K, r): K·W + r(W-1) (spec §2.9)."""
+    """E[T] of the SFT-converged policy under RestartAfter(τ=K, r): K·W + r(W-1) [D]."""
     return K * W + restart_cost * (W - 1)

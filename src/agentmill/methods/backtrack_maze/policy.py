@@ -1,4 +1,4 @@
-"""The tabular policy of the maze and the Adam optimiser the trainers share (spec rl-rollouts §2.9).
+"""The tabular policy of the maze and the Adam optimiser the trainers share ([R], backtrack_maze README deviation 1).
 
 A policy sees ``(depth j, facing f)`` or "at hub" and shares its logits across arms:
 
@@ -17,7 +17,7 @@ import numpy as np
 
 BIG = 50.0
 """Logit margin used by the analytic reference policies: e^-50 ≈ 2e-22 stands in for probability 0 while keeping
-every logit finite (an infinite logit is bad input, spec §9)."""
+every logit finite (an infinite logit is bad input [R])."""
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -37,12 +37,12 @@ class TabularPolicy:
             self.theta_hub = np.zeros(self.W)
             self.theta = np.zeros((self.K - 1, 2, self.L + 1))
         elif init == "sft_converged":
-            # Spec §2.9: P(back | fwd) = 0, forward edges uniform; bwd states untouched (uniform); hub uniform.
+            # SFT-converged [R]: P(back | fwd) = 0, forward edges uniform; bwd states and hub uniform.
             self.theta_hub = np.zeros(self.W)
             self.theta = np.zeros((self.K - 1, 2, self.L + 1))
             self.theta[:, 0, self.L] = -BIG
         elif init == "optimal":
-            # Forward when facing forward, back when facing backward: T* = K(2W-1) (spec §2.9).
+            # Forward when facing forward, back when facing backward: T* = K(2W-1) [D].
             self.theta_hub = np.zeros(self.W)
             self.theta = np.zeros((self.K - 1, 2, self.L + 1))
             self.theta[:, 0, self.L] = -BIG
@@ -71,7 +71,7 @@ class TabularPolicy:
         return out
 
     def check_finite(self) -> None:
-        """Raise ValueError on a NaN/inf logit (spec §9: a policy with non-finite logits is bad input)."""
+        """Raise ValueError on a NaN/inf logit ([R]: a policy with non-finite logits is bad input)."""
         if not (np.all(np.isfinite(self.theta_hub)) and np.all(np.isfinite(self.theta))):
             raise ValueError("TabularPolicy has non-finite logits; a finite logit margin (e.g. -50) stands for "
                              "probability ~0")

@@ -11,7 +11,7 @@ switch point changes no result (tests compare against the all-numpy loop bit for
 
 Optionally records sufficient statistics for training: per-episode counts of (state, action) pairs for the whole
 episode and for its *last segment* (from the last hub departure to the end), which is what stripped distillation
-keeps (spec §2.9).
+keeps [R].
 """
 
 from __future__ import annotations

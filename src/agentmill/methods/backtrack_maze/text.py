@@ -1,4 +1,4 @@
-"""The text maze: SFT of a language model on golden maze steps, and P(back) probes (spec §2.9, §6.7; E163-R5L).
+"""The text maze: SFT of a language model on golden maze steps, and P(back) probes (E163-R5L; text layout [R]).
 
 A state is rendered as one line after a short header, e.g.
 
@@ -12,7 +12,7 @@ of the legal moves.
 SFT data are the steps of golden shortest paths (hub -> goal arm, then forward edges at forward-facing depths),
 so backward-facing contexts never appear as inputs. In a tabular policy that means their gradient is exactly 0;
 in an LM the parameters are shared, and cross-entropy pushes down every non-target token, `` B`` included, in
-every context that looks like a trained one (pitfall 13). The probe measures the net effect.
+every context that looks like a trained one [R]. The probe measures the net effect.
 
 Works with any white-box backend that exposes a torch module as ``lm.model``: ``hf:`` (transformers) and
 ``tiny:`` (this project's byte-level transformer, used by the unit tests). torch is imported lazily.
@@ -39,7 +39,7 @@ HEADERS = (
 
 
 def state_line(env: PathStarMultigraph, depth: int, facing: int) -> str:
-    """The spec §2.9 state line (depth >= 1), or the hub line (depth 0)."""
+    """The [R] state line (depth >= 1), or the hub line (depth 0)."""
     if depth == 0:
         return f"at the start. Moves: {' '.join(f'A{i + 1}' for i in range(env.W))}. Move:"
     if not 1 <= depth <= env.K:

@@ -1,4 +1,5 @@
-"""SFT, RLVR (exact policy-gradient flow and sampled REINFORCE) and distillation on the maze (spec §2.9).
+"""SFT, RLVR (exact policy-gradient flow and sampled REINFORCE) and distillation on the maze ([R];
+docs/methods/backtrack_maze.md).
 
 Read top to bottom:
 
@@ -92,7 +93,7 @@ def golden_counts(env: PathStarMultigraph, mode: str, rng: np.random.Generator |
 def train_sft(policy: TabularPolicy, env: PathStarMultigraph, mode: str = "exact", steps: int = D.sft_steps,
               lr: float = D.sft_lr, batch: int = D.sft_batch, seed: int = 0, eval_every: int = 0) -> TrainLog:
     """SFT (cross-entropy on golden paths) with Adam. Raises AssertionError if any backward-facing gradient entry
-    is nonzero at any step (spec §6.7)."""
+    is nonzero at any step (SFT never sees a backward-facing state)."""
     _check(policy, env)
     if mode not in ("exact", "sampled"):
         raise ValueError(f"mode must be 'exact' or 'sampled', got {mode!r}")
@@ -245,7 +246,7 @@ def fit_student(env: PathStarMultigraph, hub_counts: np.ndarray, arm_counts: np.
 def distill(teacher: TabularPolicy, env: PathStarMultigraph, n_traces: int = D.distill_traces,
             strip_recoveries: bool = False, steps: int = D.distill_steps, seed: int = 0,
             lr: float = D.distill_lr, traces: Traces | None = None) -> TabularPolicy:
-    """Distil ``n_traces`` successful teacher traces into a fresh uniform student (spec §2.9).
+    """Distil ``n_traces`` successful teacher traces into a fresh uniform student [R].
 
     ``strip_recoveries=True`` keeps only each trace's segment from the last hub departure to the target (the
     control: the recoveries are gone). Pass ``traces`` to reuse one sample for both variants.

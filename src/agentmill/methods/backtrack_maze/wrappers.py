@@ -1,4 +1,4 @@
-"""Search wrappers around a maze policy (spec rl-rollouts §2.9, pitfall 14).
+"""Search wrappers around a maze policy (README deviation 6: a free restart beats RLVR).
 
 ``RestartAfter(tau, restart_cost=r)``: an external controller teleports the walker to the hub after ``tau`` steps
 since the last restart (or the start) unless it has reached the target, charging ``r`` extra steps. The move count

@@ -1,4 +1,5 @@
-"""Loading, validating and instantiating the rule catalogue (spec §2.1, §2.2 step 1, §6.3, §9).
+"""Loading, validating and instantiating the rule catalogue (docs/methods/constraint_rot.md "Use it" 1, "Use it" 2; the
+package README, "Map of the package"; the package README, "Faults").
 
 ``load_catalogue`` reads ``catalogue/{soft,hard}/*.yaml`` (one family per file, file stem = family id), parses
 each with :func:`.schema.parse_family`, then runs the behavioural self-checks the spec requires before any episode
@@ -46,7 +47,8 @@ def _yaml() -> Any:
 
 @dataclass(frozen=True)
 class RuleInstance:
-    """``r = (F, θ, φ)`` (spec §2.1) plus which trigger / allowed template the episode uses.
+    """``r = (F, θ, φ)`` (docs/methods/constraint_rot.md "Use it" 1) plus which trigger / allowed template the episode
+    uses.
 
     Everything an episode needs is derived from here: the rule text, the trigger request and the call that
     performs it (``requested_call``; the scripted AlwaysComply actor and the organism's training targets use it),
@@ -132,7 +134,8 @@ class RuleInstance:
 
 def instantiate(family: RuleFamily, split: str, rng: int | random.Random | np.random.Generator, *,
                 trigger_index: int | None = None, allowed_index: int | None = None) -> RuleInstance:
-    """Draw θ from ``split``'s pools and φ from its phrasings (spec §2.2 step 1), deterministically from ``rng``.
+    """Draw θ from ``split``'s pools and φ from its phrasings (docs/methods/constraint_rot.md "Use it" 2),
+    deterministically from ``rng``.
 
     A held-out family (``split: test_ood_family``) is instantiated only for ``test_ood_family`` and then draws from
     the union of its pools and phrasings; any other family only for train/dev/test_iid."""
@@ -284,7 +287,8 @@ def param_combinations(family: RuleFamily, split: str, *, limit: int = MAX_COMBO
 
 
 def self_check(family: RuleFamily) -> None:
-    """Spec §2.3/§9 load-time checks on one family; raises :class:`CatalogueError` naming the field."""
+    """The load-time checks on one family (docs/methods/constraint_rot.md "Use it" 1; the package README, "Faults");
+    raises :class:`CatalogueError` naming the field."""
     src = f"{family.source} [{family.id}]"
     types = family.param_types
     splits = POOL_SPLITS if family.split is None else ("test_ood_family",)

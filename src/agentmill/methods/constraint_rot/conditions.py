@@ -1,4 +1,5 @@
-"""The experimental conditions of spec §2.1 that need no language model, and the context edits they make.
+"""The experimental conditions that need no language model, and the context edits they make
+(docs/methods/constraint_rot.md "Use it" and its table).
 
 A :class:`Condition` says what happens to an episode's context between the distractor work and the trigger:
 
@@ -155,7 +156,7 @@ def keep_rule(messages: list[Message], inst: RuleInstance) -> list[Message]:
 
 
 def impersonation_message(inst: RuleInstance, *, step: int | None = None) -> Message:
-    """The forged operator update (spec §2.8 A8) placed in the un-compacted tail."""
+    """The forged operator update (docs/methods/constraint_rot.md "What it does") placed in the un-compacted tail."""
     meta: dict[str, Any] = {"origin": "attack", "trusted": False}
     if step is not None:
         meta["step"] = step

@@ -1,4 +1,4 @@
-"""Distractor work (spec §2.2 step 5): seeded generators of ordinary office tasks.
+"""Distractor work (docs/methods/constraint_rot.md "Use it" 2): seeded generators of ordinary office tasks.
 
 Each generator emits user instructions together with the tool calls a competent agent makes for them (the
 *replay* script). :func:`run_distractor` executes those calls **for real** in the episode's sandbox, so every tool
@@ -6,8 +6,9 @@ output in a replayed transcript is what the office actually returned, and stops 
 calls, outputs, reply) reach the episode's token target. In ``live`` mode the instructions are kept and the actor
 under test makes the calls itself.
 
-Wording is project text [R]. Instructions and replies avoid the modality cues of spec §2.6 (never, not, no, only,
-must, …) so that distractor text is never mistaken for a rule by the survival classifier or a rule-reading actor.
+Wording is project text [R]. Instructions and replies avoid the modality cues of docs/methods/constraint_rot.md "Use it"
+4 (never, not, no, only, must, …) so that distractor text is never mistaken for a rule by the survival classifier or a
+rule-reading actor.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Episodes through real framework code (spec §6.4, claim CR-12): AutoGen's ``AssistantAgent``, and an agentmill
-actor as a LangChain chat model (:class:`ActorChatModel`).
+"""Episodes through real framework code (docs/methods/constraint_rot.md "Use it" 5, claim CR-12): AutoGen's
+``AssistantAgent``, and an agentmill actor as a LangChain chat model (:class:`ActorChatModel`).
 
 :func:`run_autogen_episode` takes one generated episode and a ``ChatCompletionContext`` (AutoGen's own
 ``BufferedChatCompletionContext``, ``HeadAndTailChatCompletionContext``…, optionally wrapped in
@@ -20,8 +20,8 @@ The result records every message list the model received, so "the rule never rea
 what AutoGen actually sent, not on what the harness believes it kept. autogen is imported lazily; a missing extra
 raises ``MissingExtraError`` naming ``pip install 'agentmill[autogen]'``.
 
-:class:`ActorChatModel` is the LangChain counterpart of AutoGen's ``ActorChatCompletionClient``: any agentmill actor
-(``RuleReader``, ``OrganismActor``, a scripted summariser) becomes a ``BaseChatModel`` that ``create_agent`` and
+:class:`ActorChatModel` is the LangChain counterpart of :class:`ActorChatCompletionClient` (AutoGen): any agentmill
+actor (``RuleReader``, ``OrganismActor``, a scripted summariser) becomes a ``BaseChatModel`` that ``create_agent`` and
 ``SummarizationMiddleware`` can drive, and it records every message list it was sent, converted to labelled
 agentmill messages (summaries ``origin="summary"``, pinned cards ``origin="card"``), so card presence and rule
 survival are checked on what LangChain actually sent. langchain is imported on first access of the name.
@@ -31,23 +31,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentmill.core.types import Message, ToolCall
 from agentmill.lm.base import MissingExtraError
-from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief
+from agentmill.methods.constraint_rot.actors.base import Action, ActorBrief, visible
+from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX
 from agentmill.methods.constraint_rot.conditions import full_context, never_stated
 from agentmill.methods.constraint_rot.generate import Episode
 from agentmill.methods.constraint_rot.grader import Outcome, cross_check, grade
 from agentmill.methods.constraint_rot.loop import AgentLoop, episode_registry
-from agentmill.methods.constraint_rot.messages import as_counter, origin
+from agentmill.methods.constraint_rot.messages import WhitespaceCounter, as_counter, count_tokens, origin
 from agentmill.methods.constraint_rot.pinning.card import parse_cards
 from agentmill.methods.constraint_rot.survival import SurvivalVerdict, classify_survival
 
 AGENT_NAME = "office_agent"
-MAX_TOOL_ITERATIONS = 8  # = the loop's max_steps_per_turn (spec §2.2 step 10)
+MAX_TOOL_ITERATIONS = 8  # = the loop's max_steps_per_turn (docs/methods/constraint_rot.md "Hyperparameters")
 
 
 # ------------------------------------------------------------------------------------------------ transcript
@@ -124,6 +126,91 @@ def _workbench_class() -> type:
     return SandboxWorkbench
 
 
+# ------------------------------------------------------------------------------------------ AutoGen model client
+@functools.lru_cache(maxsize=1)
+def _actor_client_class() -> type:
+    """``ActorChatCompletionClient``: any agentmill actor (a scripted ``RuleReader``, the organism, an endpoint
+    actor) as an ``autogen_core.models.ChatCompletionClient`` (needs autogen-core; built once, on first use)."""
+    try:
+        from autogen_core import FunctionCall
+        from autogen_core.models import ChatCompletionClient, CreateResult, RequestUsage
+    except ImportError as e:
+        raise MissingExtraError("autogen", "ActorChatCompletionClient") from e
+    from agentmill.methods.constraint_rot.pinning.integrations.autogen import MODEL_INFO, from_autogen, tool_specs
+
+    class ActorChatCompletionClient(ChatCompletionClient):
+        """An agentmill actor as an AutoGen model client. ``create`` converts the AutoGen messages it receives to
+        agentmill messages (``from_autogen``), records them, asks the actor, and returns a ``CreateResult`` holding
+        ``FunctionCall``\\ s or text; offline, deterministic, ``function_calling=True``. ``received`` holds every
+        message list ``create`` was given, as agentmill messages (labels from :func:`from_autogen` kept, so cards
+        and summaries are recognisable); ``actions`` the actor's answers; ``counter`` counts usage tokens."""
+
+        def __init__(self, actor: Any, *, counter: Any = None,
+                     summary_prefixes: Sequence[str] = (SUMMARY_PREFIX,)):
+            if not callable(getattr(actor, "act", None)):
+                raise ValueError(f"ActorChatCompletionClient.actor must have act(messages, tools), "
+                                 f"got {type(actor).__name__}")
+            self.actor = actor
+            self.counter = as_counter(counter if counter is not None else WhitespaceCounter())
+            self.summary_prefixes = tuple(summary_prefixes)
+            self.received: list[list[Message]] = []
+            self.actions: list[Action] = []
+            self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+            self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+        async def create(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
+                         json_output: Any = None, extra_create_args: Any = None,
+                         cancellation_token: Any = None) -> Any:
+            seen = from_autogen(messages, summary_prefixes=self.summary_prefixes)
+            self.received.append(seen)
+            action = self.actor.act(visible(seen), tool_specs(tools))
+            self.actions.append(action)
+            prompt = count_tokens(seen, self.counter)
+            if action.tool_calls:
+                content: Any = [FunctionCall(id=c.id, arguments=json.dumps(c.arguments), name=c.name)
+                                for c in action.tool_calls]
+                finish, completion = "function_calls", sum(self.counter.count(c.arguments) for c in content)
+            else:
+                content = action.text if action.text is not None else (action.raw or "")
+                finish = "unknown" if action.invalid else "stop"
+                completion = self.counter.count(content)
+            self._last = RequestUsage(prompt_tokens=prompt, completion_tokens=completion)
+            self._total = RequestUsage(prompt_tokens=self._total.prompt_tokens + prompt,
+                                       completion_tokens=self._total.completion_tokens + completion)
+            return CreateResult(finish_reason=finish, content=content, usage=self._last, cached=False)
+
+        async def create_stream(self, messages: Sequence[Any], *, tools: Sequence[Any] = (),
+                                tool_choice: Any = "auto", json_output: Any = None, extra_create_args: Any = None,
+                                cancellation_token: Any = None) -> Any:
+            yield await self.create(messages, tools=tools)
+
+        async def close(self) -> None:
+            return None
+
+        def actual_usage(self) -> Any:
+            return self._last
+
+        def total_usage(self) -> Any:
+            return self._total
+
+        def count_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+            return count_tokens(from_autogen(messages), self.counter)
+
+        def remaining_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
+            return 10**9  # an actor has no window of its own; the model context decides what it sees
+
+        @property
+        def capabilities(self) -> Any:
+            return {k: MODEL_INFO[k] for k in ("vision", "function_calling", "json_output")}
+
+        @property
+        def model_info(self) -> Any:
+            return dict(MODEL_INFO)
+
+    ActorChatCompletionClient.__module__ = __name__
+    return ActorChatCompletionClient
+
+
 # ---------------------------------------------------------------------------------------- LangChain chat model
 @functools.lru_cache(maxsize=1)
 def _actor_chat_class() -> type:
@@ -134,7 +221,6 @@ def _actor_chat_class() -> type:
         from pydantic import ConfigDict, Field
     except ImportError as e:
         raise MissingExtraError("langchain", "ActorChatModel") from e
-    from agentmill.methods.constraint_rot.actors.base import visible
     from agentmill.methods.constraint_rot.pinning.integrations.langchain import to_agentmill
 
     class ActorChatModel(BaseChatModel):
@@ -178,6 +264,8 @@ def _actor_chat_class() -> type:
 def __getattr__(name: str) -> Any:  # PEP 562
     if name == "SandboxWorkbench":
         return _workbench_class()
+    if name == "ActorChatCompletionClient":
+        return _actor_client_class()
     if name == "ActorChatModel":
         return _actor_chat_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -226,8 +314,7 @@ async def arun_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, mo
         from autogen_core.model_context import ChatCompletionContext
     except ImportError as e:
         raise MissingExtraError("autogen", "run_autogen_episode") from e
-    from agentmill.methods.constraint_rot.pinning.integrations.autogen import (ActorChatCompletionClient,
-                                                                               to_autogen)
+    from agentmill.methods.constraint_rot.pinning.integrations.autogen import to_autogen
 
     if not isinstance(model_context, ChatCompletionContext):
         raise ValueError(f"model_context must be an autogen_core ChatCompletionContext, "
@@ -244,7 +331,7 @@ async def arun_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, mo
     digests = frozenset(c.digest for c in pin.cards.values()) if pin is not None else frozenset()
     if hasattr(actor, "begin"):
         actor.begin(ActorBrief(inst, episode.request, digests))
-    client = ActorChatCompletionClient(actor, counter=counter)
+    client = _actor_client_class()(actor, counter=counter)
     workbench = _workbench_class()(sandbox)
 
     await model_context.clear()
@@ -281,5 +368,5 @@ def run_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, model_con
                                             neutral=neutral, max_tool_iterations=max_tool_iterations))
 
 
-__all__ = ["ActorChatModel", "FrameworkRun", "SandboxWorkbench", "arun_autogen_episode", "episode_registry",
-           "episode_transcript", "run_autogen_episode"]
+__all__ = ["ActorChatCompletionClient", "ActorChatModel", "FrameworkRun", "SandboxWorkbench", "arun_autogen_episode",
+           "episode_registry", "episode_transcript", "run_autogen_episode"]

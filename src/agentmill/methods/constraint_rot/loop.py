@@ -1,4 +1,5 @@
-"""The agent loop (spec §2.2 steps 2–10, §6.2–6.3): one episode under one condition → one result row.
+"""The agent loop (docs/methods/constraint_rot.md "Use it" 2; the package README, "Map of the package"): one episode
+under one condition → one result row.
 
 Reads top to bottom in the order of the episode:
 
@@ -15,7 +16,8 @@ Reads top to bottom in the order of the episode:
    classify the rule's survival in the context the actor decided on (cards ignored).
 
 The actor never sees ``meta``: every decision gets :func:`.actors.base.visible` messages. Results are appended as
-JSONL rows with an fsync per episode (:class:`ResultWriter`); :func:`result_key` is the ``--resume`` key of §9.
+JSONL rows with an fsync per episode (:class:`ResultWriter`); :func:`result_key` is the ``--resume`` key of the package
+README, "Faults".
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
 from agentmill.methods.constraint_rot.survival import classify_survival
 
 RESUME_FIELDS = ("episode_id", "condition", "actor", "compactor", "compactor_hash", "pin", "attack", "seed")
-"""Spec §9: a completed (episode, condition, actor, compactor, pin, attack, seed) is skipped on ``--resume``."""
+"""A completed (episode, condition, actor, compactor, pin, attack, seed) is skipped on ``--resume`` (the package
+README, "Faults")."""
 ISSUER = "op"
 
 
@@ -80,7 +83,8 @@ class Decision:
 
 @dataclass
 class EpisodeResult:
-    """One result row (spec §6.3; columns this harness cannot fill are None) plus the final transcript."""
+    """One result row (the package README, "Map of the package"; columns this harness cannot fill are None) plus the
+    final transcript."""
 
     row: dict[str, Any]
     messages: list[Message] = field(default_factory=list, repr=False)
@@ -96,7 +100,7 @@ class EpisodeResult:
 
 
 def result_key(row: dict[str, Any]) -> str:
-    """The resume key of a result row (spec §9), as one string."""
+    """The resume key of a result row (the package README, "Faults"), as one string."""
     missing = [f for f in RESUME_FIELDS if f not in row]
     if missing:
         raise ValueError(f"result_key: row lacks field(s) {missing}")
@@ -122,7 +126,8 @@ def completed_keys(path: str | Path) -> set[str]:
 
 
 class ResultWriter:
-    """Appends result rows to a JSONL file, flushing and fsync-ing after every row (spec §9 "never lost")."""
+    """Appends result rows to a JSONL file, flushing and fsync-ing after every row (the package README, "Faults"
+    "never lost")."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -190,7 +195,9 @@ class AgentLoop:
             row["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
             res = EpisodeResult(row)
         res.row["latency_s"] = round(time.perf_counter() - t0, 6)
-        if usage0 is not None:  # endpoint actors: this episode's share of the running token/cost totals (§6.2)
+        # endpoint actors: this episode's share of the running token/cost totals (the package README, "Map of the
+        # package")
+        if usage0 is not None:
             usage1 = _actor_usage(self.actor) or {}
             res.row["actor_usage"] = {k: round(usage1.get(k, 0) - usage0.get(k, 0), 10) for k in usage1}
         return res
@@ -366,8 +373,8 @@ class AgentLoop:
             "early_compliant_alternative": early_outcome.compliant_alternative if early_outcome else None,
             "tokens_at_trigger": dec.tokens, "card_tokens": pin.card_tokens if pin is not None else 0,
             "model_input_sha": dec.model_input_sha, "compactions": len(compactions),
-            # spec §9: a compaction whose summariser raised left the context unchanged; the row says so, so that
-            # metrics never count it as a compacted episode
+            # a compaction whose summariser raised left the context unchanged; the row says so, so that metrics never
+            # count it as a compacted episode (the package README, "Faults")
             "summary_failed": any(bool(c.details.get("summary_failed")) for c in compactions),
             "forged_attempts": pin.report.forged_attempts if pin is not None else 0,
         })

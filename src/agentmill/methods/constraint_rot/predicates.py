@@ -1,4 +1,5 @@
-"""The forbidden-action predicate DSL (spec §2.3): declarative data compiled into matchers, never ``eval``.
+"""The forbidden-action predicate DSL (docs/methods/constraint_rot.md "Use it" 4): declarative data compiled into
+matchers, never ``eval``.
 
 A predicate is a tree. Leaves are ``{tool, arg, op, value}``; combinators are ``{all: [...]}``, ``{any: [...]}`` and
 ``{not: {...}}``. A leaf holding only ``{tool}`` matches every call of that tool (e.g. "never delete a ticket"). A

@@ -1,8 +1,8 @@
-"""The pre-registration of spec §7 (``prereg.yaml``): claim thresholds, the decay precondition and the statistics
-settings, loaded, validated and hashed.
+"""The pre-registration (``prereg.yaml``; docs/methods/constraint_rot.md "Claims and verdicts"): claim thresholds, the
+decay precondition and the statistics settings, loaded, validated and hashed.
 
-Why a hash: §2.11 makes every report print the sha256 of the file the thresholds came from, and §9 refuses to
-resume a results file written under another prereg, so a threshold cannot drift after numbers are seen.
+Why a hash: every report prints the sha256 of the file the thresholds came from, and a results file written under
+another prereg is not resumed (the package README, "Faults"), so a threshold cannot drift after numbers are seen.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The rule-family record (spec §2.1, §6.3) and its parser from one catalogue YAML mapping.
+"""The rule-family record (docs/methods/constraint_rot.md "Use it" 1; the package README, "Map of the package") and its
+parser from one catalogue YAML mapping.
 
 Parsing checks shape only (fields, types, names, split pools); behavioural self-checks (canonical calls, triggers
 against the forbidden predicate, leakage) live in :mod:`.catalogue`. Every error is a :class:`CatalogueError`
@@ -21,8 +22,9 @@ SPLITS: tuple[str, ...] = (*POOL_SPLITS, "test_ood_family")
 KINDS = ("soft", "hard")
 CARD_DELIMITERS = ("[POLICY", "[/POLICY")
 MAX_CARD_WORDS = 16
-"""Project bound on a card body's rendered length in words. The ≤ 60-token bound of spec §2.7 (SmolLM2 tokenizer)
-covers the whole card, whose header and footer take ~40 tokens, so bodies must stay this short."""
+"""Project bound on a card body's rendered length in words. The ≤ 60-token bound of docs/methods/constraint_rot.md
+"Use it" 5 (SmolLM2 tokenizer) covers the whole card, whose header and footer take ~40 tokens, so bodies must stay this
+short."""
 
 _FAMILY_KEYS = {"id", "kind", "split", "description", "tools", "alternatives", "params", "phrasings", "triggers",
                 "allowed", "alternative", "forbidden", "canonical", "card", "matcher"}
@@ -93,8 +95,9 @@ class Matcher:
 
 @dataclass(frozen=True)
 class RuleFamily:
-    """A parameterised rule (spec §2.1). ``split`` is ``"test_ood_family"`` for families held out entirely, else
-    None (the family is instantiated in train/dev/test_iid from that split's pools and phrasings)."""
+    """A parameterised rule (docs/methods/constraint_rot.md "Use it" 1). ``split`` is ``"test_ood_family"`` for families
+    held out entirely, else None (the family is instantiated in train/dev/test_iid from that split's pools and
+    phrasings)."""
 
     id: str
     kind: Literal["soft", "hard"]

@@ -1,4 +1,5 @@
-"""Content-addressed summary cache for the crossing experiment (spec §2.9, PF-6).
+"""Content-addressed summary cache for the crossing experiment (docs/methods/constraint_rot.md
+"Experiments and commands", PF-6).
 
 Every (episode, summariser) compaction is computed **once** and every actor reads the same compacted context, so
 the number of summariser calls in a crossing run is episodes × summarisers, never × actors. The address of an

@@ -1,9 +1,10 @@
-"""Did the rule survive compaction? A lexical classifier with the seven labels of spec §2.6.
+"""Did the rule survive compaction? A lexical classifier with the seven labels of docs/methods/constraint_rot.md
+"Use it" 4.
 
 Labels (the taxonomy of compaction-guard, so results are comparable): ``preserved, paraphrased, weakened, mutated,
 contradicted, dropped, unverifiable``; "survived" = {preserved, paraphrased}. The classifier reads the compacted
-context sentence by sentence and applies the steps of §2.6 in order — the first step that fires on any sentence
-decides the label:
+context sentence by sentence and applies the steps of docs/methods/constraint_rot.md "Use it" 4 in order — the first
+step that fires on any sentence decides the label:
 
 1. normalise (NFKC, zero-width stripped, lower-case, whitespace collapsed);
 2. anchors: value anchors (parameter values: domain, amount, db, channel, …), topic words, modality cues;
@@ -20,7 +21,7 @@ decides the label:
    fire).
 
 The anchors are plain inputs (the catalogue's matcher supplies them), so this module knows nothing of families.
-The optional endpoint judge of §2.6 is not part of this module.
+The optional endpoint judge of docs/methods/constraint_rot.md "Use it" 4 is not part of this module.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ Label = Literal["preserved", "paraphrased", "weakened", "mutated", "contradicted
 LABELS: tuple[str, ...] = ("preserved", "paraphrased", "weakened", "mutated", "contradicted", "dropped",
                            "unverifiable")
 SURVIVED = frozenset({"preserved", "paraphrased"})
-PRESERVED_SIMILARITY = 0.9  # spec §2.6 step 3
+PRESERVED_SIMILARITY = 0.9  # [R], docs/methods/constraint_rot.md "Hyperparameters"
 
 RETIREMENT_CUES = ("lifted", "retired", "suspended", "no longer", "waived", "revoked", "rescinded", "repealed",
                    "withdrawn", "not in force", "does not apply", "no longer applies")
@@ -218,7 +219,8 @@ def classify_survival(rule_text: str, anchors: Anchors | Mapping[str, Sequence[s
                       cues: Sequence[str] | None, result_or_messages: CompactionResult | Sequence[Message] | str,
                       *, carryover_target: str | None = None, counter: Any = None,
                       ignore_origins: Iterable[str] = ("card",)) -> SurvivalVerdict:
-    """Label how ``rule_text`` (the instance's φ(θ)) survives in a compacted context (§2.6).
+    """Label how ``rule_text`` (the instance's φ(θ)) survives in a compacted context (docs/methods/constraint_rot.md
+    "Use it" 4).
 
     ``anchors`` are the rule's value anchors and topic words (topics default to the content words of the rule
     text); ``cues`` the binding modality cues (default ``MODALITY_CUES``). ``result_or_messages`` is a
@@ -308,8 +310,9 @@ def classify_survival(rule_text: str, anchors: Anchors | Mapping[str, Sequence[s
 # ------------------------------------------------------------------------------------------------ covariates
 def rule_distance_tokens(messages: Sequence[Message], span: str, *, counter: Any = None,
                          message_index: int | None = None) -> int | None:
-    """Tokens from the end of ``span`` to the end of the context (the "buried" covariate of §2.6); ``None`` when
-    the span is not in the context. Searches the last occurrence unless ``message_index`` pins the message."""
+    """Tokens from the end of ``span`` to the end of the context (the "buried" covariate of
+    docs/methods/constraint_rot.md "Use it" 4); ``None`` when the span is not in the context. Searches the last
+    occurrence unless ``message_index`` pins the message."""
     c = as_counter(counter)
     idxs = [message_index] if message_index is not None else range(len(messages) - 1, -1, -1)
     for i in idxs:

@@ -1,5 +1,5 @@
-"""Measuring speculative decoding on the engine itself (dspark spec §6.3 ``closed_loop``/``frontier``, §7 S1, La,
-Lc): single-user paired timings and an engine-direct closed loop of virtual users.
+"""Measuring speculative decoding on the engine itself (claims S1, La,
+Lc of docs/methods/dspark.md): single-user paired timings and an engine-direct closed loop of virtual users.
 
 Per-user TPS follows the paper: the mean over requests finished inside the window of ``(n_tokens − 1)/(t_last −
 t_first)`` (decode speed after the first token). Throughput is committed output tokens per second of window.

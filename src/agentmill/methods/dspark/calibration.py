@@ -1,9 +1,10 @@
-"""Confidence metrics and sequential temperature scaling (STS) of the confidence head (dspark spec §2.5).
+"""Confidence metrics and sequential temperature scaling (STS) of the confidence head (arXiv:2607.05147 [A]; metrics as
+DeepSpec [C]).
 
 The scheduler multiplies step confidences into prefix survivals ``a_k = ∏_{i≤k} c_i`` and then into an expected
 acceptance length, so their *absolute* calibration matters, not only their ranking. STS fits one temperature per
 position, left to right, each minimising the ECE of the survival with the earlier temperatures frozen (the paper
-describes STS; there is no public code: the grid is the spec's [recon] choice). Temperature scaling keeps the
+describes STS; there is no public code: the grid is this project's choice [R]). Temperature scaling keeps the
 ranking, so AUROC does not move.
 
 Labels come only from rounds verified in full (ℓ = γ): under a scheduler, the labels beyond ℓ are unobserved and

@@ -1,11 +1,11 @@
-"""The SPS(B) cost table (dspark spec §2.8): steps per second of an engine step as a function of the number of
-verify tokens B in the step, per bucket of running requests R and context length.
+"""The SPS(B) cost table (arXiv:2607.05147 [A]; schema [R]): steps per second of an engine step as a function of the
+number of verify tokens B in the step, per bucket of running requests R and context length.
 
 The scheduler multiplies an expected acceptance length by SPS(B), so the table must come from the real engine on
-this machine at the serving thread count: the CPU verify curve is steep (spec §8: a 1×8 step costs 1.75 single
-steps), and a flat table would pin every adaptive policy to "verify everything" (SGLang #35413), hence the warning.
-Lookup interpolates step *time* linearly in B at the nearest R and context buckets and refuses to extrapolate past
-the largest profiled B (``max_B``; the policies cap there). Schema ``agentmill.sps/1``.
+this machine at the serving thread count: the CPU verify curve is steep (measured on this 2-core machine kind: a 1×8
+step costs 1.75 single steps), and a flat table would pin every adaptive policy to "verify everything" (SGLang #35413),
+hence the warning. Lookup interpolates step *time* linearly in B at the nearest R and context buckets and refuses to
+extrapolate past the largest profiled B (``max_B``; the policies cap there). Schema ``agentmill.sps/1``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class SPSTable:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_function(cls, t: Callable[[int], float], B: Sequence[int], **kw: Any) -> SPSTable:
-        """A synthetic table with one bucket (e.g. the spec's jagged ``1 + 0.15(B−1)`` + 0.3 above B = 12)."""
+        """A synthetic table with one bucket (e.g. a jagged ``1 + 0.15(B−1)`` + 0.3 above B = 12 [R])."""
         return cls(list(B), [1], [512], {cls.key(1, 512): [float(t(b)) for b in B]}, **kw)
 
     @classmethod
@@ -92,11 +92,11 @@ class SPSTable:
         """Median of ``reps`` timings (after ``warmup``) of ``step_fn(B, R, ctx)`` over the grid (B ≥ R), made
         non-decreasing in B.
 
-        Two guards against a shared machine (deviation from spec §2.8, which stores plain medians): each repetition
-        sweeps every B once (interleaved), so a burst of contention inflates all B alike instead of a few points;
-        and the medians get an isotonic (pool-adjacent-violators) fit in B, because a step over more tokens is never
-        faster — a table profiled under load had B = 1 at 156 ms and B = 4 at 126 ms, which made one verified token
-        look free to the scheduler. The raw medians are kept in ``raw_step_seconds``."""
+        Two guards against a shared machine (docs/methods/dspark.md, deviation 6: plain medians were planned): each
+        repetition sweeps every B once (interleaved), so a burst of contention inflates all B alike instead of a few
+        points; and the medians get an isotonic (pool-adjacent-violators) fit in B, because a step over more tokens is
+        never faster — a table profiled under load had B = 1 at 156 ms and B = 4 at 126 ms, which made one verified
+        token look free to the scheduler. The raw medians are kept in ``raw_step_seconds``."""
         Bs, Rs, Cs = list(grid["B"]), list(grid["R"]), list(grid["ctx"])
         rows: dict[str, list[float]] = {}
         raw: dict[str, list[float]] = {}
@@ -160,7 +160,7 @@ def isotonic_increasing(y: Sequence[float]) -> list[float]:
 def engine_step_fn(engine: Any) -> Callable[[int, int, int], float]:
     """Time one ragged verify forward of B tokens spread evenly over R requests with ``ctx`` cached tokens each
     (logits on every row, as in a verify step), then roll the KV back. The drafter's share is measured separately
-    (``SpecStats.draft_seconds``) and is small (spec §8: ≈ 0.12 of an AR step)."""
+    (``SpecStats.draft_seconds``) and is small (≈ 0.12 of an AR step on this machine kind)."""
     from agentmill.lm.engine import RaggedBatch
 
     seqs: dict[tuple[int, int], list[int]] = {}

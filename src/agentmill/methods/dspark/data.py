@@ -1,4 +1,5 @@
-"""Training prompts for the drafter and the corpus of the target's own answers (dspark spec §2.6 steps 1–3).
+"""Training prompts for the drafter and the corpus of the target's own answers (arXiv:2607.05147 [A] trains on the
+target's own generations; CPU sizing [R]).
 
 There is no hub access here, so the prompts are templated in the domain mix the paper reports for Open-PerfectBlend
 (about 39% math, 39% code, 18% chat, 4% instruction following; arXiv:2607.05147 §4), plus a ``grounded`` family

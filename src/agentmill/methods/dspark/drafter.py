@@ -1,5 +1,5 @@
-"""The DSpark drafter (dspark spec §2.3–2.5): a parallel block backbone fed by target hidden states, the low-rank
-sequential (Markov) correction head, and the confidence head.
+"""The DSpark drafter (arXiv:2607.05147 [A]; DeepSpec [C]): a parallel block backbone fed by target
+hidden states, the low-rank sequential (Markov) correction head, and the confidence head.
 
 Why this shape (arXiv:2607.05147; DeepSpec ``modeling/dspark``): the backbone drafts a whole block in one forward —
 cheap, but its positions are conditionally independent, so acceptance decays along the block. The Markov head adds
@@ -8,11 +8,11 @@ cost of one lookup and one r × N_d mat-vec per position. The confidence head pr
 chance that the target accepts it given that the earlier ones were accepted; the scheduler multiplies these into
 prefix survivals.
 
-Layout per spec §2.3: context features ``ctx = hidden_norm(fc([h^(l1); …; h^(lm)]))`` from the target's layer taps;
-Qwen3-style draft layers whose queries come only from the block and whose keys/values are the concatenation of the
-context's and the block's (bidirectional inside the block); block input ``[anchor, M, …, M]`` at positions
-``a … a+γ−1``, slot k predicting the token at ``a+k``. ``embed_tokens`` and the LM head are frozen copies of the
-target's (the LM head restricted to the draft vocabulary D).
+Layout as DeepSpec's ``modeling/dspark`` [C]: context features ``ctx = hidden_norm(fc([h^(l1); …; h^(lm)]))`` from the
+target's layer taps; Qwen3-style draft layers whose queries come only from the block and whose keys/values are the
+concatenation of the context's and the block's (bidirectional inside the block); block input ``[anchor, M, …, M]`` at
+positions ``a … a+γ−1``, slot k predicting the token at ``a+k``. ``embed_tokens`` and the LM head are frozen copies of
+the target's (the LM head restricted to the draft vocabulary D).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class DSparkConfig:
-    """Drafter architecture; defaults from spec §2.10 (CPU-sized where the paper's would not fit)."""
+    """Drafter architecture; defaults in docs/methods/dspark.md (CPU-sized where the paper's would not fit)."""
 
     block_size: int = 7
     num_draft_layers: int = 2
@@ -53,7 +53,7 @@ class DSparkConfig:
         if self.markov_rank < 0:
             raise ValueError("markov_rank must be >= 0 (0 = no correction head)")
         if self.markov_head_type != "vanilla":
-            raise ValueError("only the vanilla Markov head is implemented (spec §2.4: gated/rnn are optional)")
+            raise ValueError("only the vanilla Markov head is implemented (gated/rnn are optional here)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DSparkConfig:
@@ -174,7 +174,7 @@ class DraftVocab:
     @classmethod
     def from_counts(cls, counts: np.ndarray, size: int, always: tuple[int, ...] = ()) -> DraftVocab:
         """The ``size`` most frequent corpus tokens plus ``always`` (specials); coverage = share of corpus tokens
-        inside D (spec §2.10 expects > 95%)."""
+        inside D (> 95% expected [R])."""
         V = len(counts)
         if size >= V:
             return cls.full(V)
@@ -209,7 +209,7 @@ class DSparkDrafter(nn.Module):
             self.markov_w2 = nn.Linear(r, len(vocab.d2t), bias=False)
             # W1 keeps nn.Embedding's N(0, 1) init: with std 0.02 the gradient reaching the zero-initialised W2 was
             # so small that 1,200 steps left the bias at std 0.09 logits (the shipped drafter; see docs/LOG.md)
-            nn.init.zeros_(self.markov_w2.weight)   # the head starts as "no correction" (spec §2.6 step 9)
+            nn.init.zeros_(self.markov_w2.weight)   # starts as "no correction" [R], for the equal-compute ablation
         if cfg.confidence_head:
             self.conf_proj = nn.Linear(d + (r if cfg.confidence_head_with_markov else 0), 1)
         for layer in self.layers:
@@ -363,7 +363,7 @@ def train_attention_mask(anchors: torch.Tensor, L: int, g: int) -> torch.Tensor:
 
 def forward_train(model: DSparkDrafter, batch: TrainBatch, *, loss_decay_gamma: float = 4.0,
                   ce_alpha: float = 0.1, l1_alpha: float = 0.9, conf_alpha: float = 1.0) -> TrainOut:
-    """The three losses of spec §2.6 step 6 under teacher forcing, each normalised by its own weighted count."""
+    """The three losses of DeepSpec's ``loss.py`` [C], teacher-forced, each normalised by its own weighted count."""
     g = model.cfg.block_size
     B, L = batch.tokens.shape
     A = batch.anchors.shape[1]

@@ -1,4 +1,4 @@
-"""Exact float64 output distributions of speculative decoding on toy models (dspark spec §7, claim T1).
+"""Exact float64 output distributions of speculative decoding on toy models (claim T1, docs/methods/dspark.md).
 
 A second-order Markov target over a tiny vocabulary and a block-parallel toy drafter with a Markov bias and
 confidences that read x_{k−1} make every quantity of a round enumerable: all drafted blocks (V^γ), the policy's

@@ -1,8 +1,8 @@
-"""Export a drafter in the DeepSpec checkpoint layout (dspark spec §6.6) and read it back.
+"""Export a drafter in the DeepSpec checkpoint layout [C] and read it back.
 
 The layout (``config.json`` with the DSpark fields, ``model.safetensors`` with DeepSpec's key names, the STS
-temperatures in a ``dspark_calibration.json`` sidecar) follows DeepSpec's ``modeling/dspark`` (MIT), read from the
-spec's summary of it; no code was copied. Honest limit: vLLM/SGLang/TensorRT-LLM instantiate DSpark drafters only
+temperatures in a ``dspark_calibration.json`` sidecar) follows DeepSpec's ``modeling/dspark`` (MIT), read from a
+written summary of it; no code was copied. Honest limit: vLLM/SGLang/TensorRT-LLM instantiate DSpark drafters only
 for the targets they support (Qwen3, Gemma4, DeepSeek-V4), so a SmolLM2 drafter is format-compatible but cannot be
 served there; only the round trip below is tested here.
 """
@@ -65,7 +65,7 @@ def export_deepspec(ckpt: Path, out: Path, engine: Any, *, include_shared: bool 
     config = {
         "architectures": ["LlamaDSparkModel"], "model_type": "llama", "base_architecture_note":
             "DeepSpec ships Qwen3DSparkModel; this drafter is for a Llama-family target (SmolLM2), so no engine "
-            "class instantiates it (spec §6.6)",
+            "class instantiates it",
         "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
         "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads, "head_dim": t.head_dim,
         "rms_norm_eps": t.rms_norm_eps, "rope_theta": t.rope_theta, "vocab_size": t.vocab_size,

@@ -1,5 +1,6 @@
-"""The drafter's feature cache (dspark spec §2.6 step 4): one teacher-forced target pass per corpus sequence stores
-what training needs, so the 135M target never runs inside the training loop.
+"""The drafter's feature cache ([R] design; the paper's trainer likewise exchanges final hidden states [A]): one
+teacher-forced target pass per corpus sequence stores what training needs, so the 135M target never runs inside the
+training loop.
 
 Per token: ``tokens`` (int32), ``loss_mask`` (response positions), ``taps`` [m·d] (fp16; the drafter's context
 input), ``final_hidden`` [d] (fp16; the post-final-norm input of the LM head) and ``lse`` (fp32; log-sum-exp of the

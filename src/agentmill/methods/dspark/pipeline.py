@@ -1,4 +1,4 @@
-"""From nothing to a trained, calibrated drafter for a target, with every stage cached (dspark spec §6.5).
+"""From nothing to a trained, calibrated drafter for a target, with every stage cached [R].
 
 Stages: corpus of the target's own answers → feature cache → training → STS calibration on held-out (calib) families.
 Artifacts live under ``artifacts/dspark/<target fingerprint>/`` (git-ignored; ``AGENTMILL_ARTIFACTS`` moves it) and
@@ -45,7 +45,8 @@ def tapped_engine(layers: tuple[int, ...], *, threads: int = 2, final_hidden: bo
 
 
 def pick_mask_token(tokenizer: Any, counts: np.ndarray) -> int:
-    """An existing special token that never occurs in the corpus (spec §2.3); raises if none qualifies."""
+    """An existing special token that never occurs in the corpus [R] (frozen, as DeepSpec's mask [C]); raises if none
+    qualifies."""
     specials = sorted(set(int(i) for i in getattr(tokenizer, "all_special_ids", []) or []))
     extra = [int(i) for i in range(min(32, len(counts)))]
     for t in specials + extra:

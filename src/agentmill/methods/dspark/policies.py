@@ -1,12 +1,12 @@
-"""Verify-length policies and the load-aware scheduler (dspark spec §2.7; paper Algorithm 1, §5.2, App. A).
+"""Verify-length policies and the load-aware scheduler (arXiv:2607.05147 Algorithm 1, §5.2, App. A [A]).
 
 Each step the engine drafts up to γ tokens for each of R decoding requests and asks the policy how many of them
 the target should verify. Verifying more tokens costs step time, SPS(B) falls as the step's token count B grows, and
 the expected gain of position j of request r is its prefix survival ``a_{r,j} = ∏_{i≤j} c_{r,i}``. The scheduler
 maximises ``Θ = (Σ_r 1 + Σ_{j≤ℓ_r} a_{r,j}) · SPS(B)``.
 
-Losslessness (non-anticipation, §2.2): whether position k of request r is verified may depend on x_{r,<k} (hence on
-c_{r,≤k}), on other requests and on the past, never on x_{r,k} or later. Algorithm 1's *early stop* keeps the
+Losslessness (non-anticipation; paper App. A [A]): whether position k of request r is verified may depend on x_{r,<k}
+(hence on c_{r,≤k}), on other requests and on the past, never on x_{r,k} or later. Algorithm 1's *early stop* keeps the
 greedy walk causal; the ``retrospective`` search (same walk, no break, best prefix) violates it and is kept only as
 the negative control of the App.-A counterexample. The stale-capacity variant picks the number of admitted tokens
 K* from survivals recorded ``s ≥ 1`` steps ago and admits the top-K* fresh candidates under the value-independent
@@ -47,7 +47,7 @@ def _candidates(a: np.ndarray, avail: np.ndarray, req_ids: np.ndarray) -> list[t
 
 def schedule(conf: np.ndarray, avail: np.ndarray, sps: Any, policy: str, *, req_ids: np.ndarray | None = None,
              extra_tokens: int = 0, ctx: int = 512, stale_survival: np.ndarray | None = None) -> np.ndarray:
-    """Pure scheduling function (the conformance entry of §6.3): verify lengths for ``policy`` in ``dspark``,
+    """Pure scheduling function (the conformance entry point [R]): verify lengths for ``policy`` in ``dspark``,
     ``retrospective`` (negative control) or ``dspark-async`` (needs ``stale_survival``, one row per request)."""
     conf = np.asarray(conf, dtype=np.float64)
     avail = np.minimum(np.asarray(avail, dtype=np.int64), conf.shape[1])
@@ -151,7 +151,7 @@ class Threshold:
 class _Adaptive:
     def __init__(self, sps: Any, ctx: int = 512):
         if sps is None:
-            raise ValueError(f"policy {self.name!r} needs an SPS(B) cost table (spec §2.8: adaptive policies never "
+            raise ValueError(f"policy {self.name!r} needs an SPS(B) cost table (adaptive policies never "
                              "run without one)")
         self.sps, self.ctx = sps, ctx
 

@@ -55,13 +55,13 @@ class DraftBlock:
 
 
 class DSparkProposer:
-    """Drafts with a trained ``DSparkDrafter`` (dspark spec §2.3–2.5, inference side).
+    """Drafts with a trained ``DSparkDrafter`` (inference side; docs/methods/dspark.md).
 
     Per request it keeps, for every draft layer, the K/V of the context features of the positions the target has
     already run (prompt rows at prefill, then the anchor plus the accepted drafts of each round). Rejected rows
     are never appended, so the drafter needs no rollback. A block is drafted in one backbone forward; the Markov
     head then samples left to right, each position seeing the token drafted before it, and the confidence head
-    scores each position from the same features (never from the token it scores: non-anticipation, §2.2).
+    scores each position from the same features (never from the token it scores: non-anticipation).
     """
 
     deterministic = False

@@ -1,4 +1,4 @@
-"""Exact lossless verification of a drafted block (dspark spec §2.2; Leviathan et al. arXiv:2211.17192, Chen et al.
+"""Exact lossless verification of a drafted block (Leviathan et al. arXiv:2211.17192, Chen et al.
 arXiv:2302.01318).
 
 For each request the target has scored ``[y, x_1 .. x_ℓ]``, giving warped distributions p_1 .. p_{ℓ+1}. Position k
@@ -19,7 +19,7 @@ import numpy as np
 
 RESIDUAL_FLOOR = 1e-12
 """Below this residual mass the replacement is drawn from p itself (only reachable by rounding: zero residual
-means p = q); DeepSpec's ``sample_residual`` does the same (spec §2.2)."""
+means p = q); DeepSpec's ``sample_residual`` does the same [C]."""
 
 
 @dataclass

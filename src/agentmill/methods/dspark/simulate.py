@@ -1,4 +1,4 @@
-"""A trace-driven simulator of closed-loop serving (dspark spec §6.3 ``record_traces``/``simulate``, claim L2).
+"""A trace-driven simulator of closed-loop serving (claim L2, docs/methods/dspark.md).
 
 Real rounds recorded under full verification (``fixed:γ``) give, per round, the confidences the scheduler would see
 and how many drafted tokens the target accepted. Because acceptance is decided position by position with the

@@ -1,6 +1,7 @@
-"""``SpecEngine``: the one continuous-batching decode loop (dspark spec §2.9, §6.3). Plain autoregressive decoding
-is this loop with no proposer (or verify length 0), so the baseline and the speculative arms share every line.
-It schedules and verifies; the forward pass and KV memory it drives are ``agentmill.lm.engine`` (``LlamaEngine``).
+"""``SpecEngine``: the one continuous-batching decode loop ([R] design: the AR baseline must share the speculative
+path). Plain autoregressive decoding is this loop with no proposer (or verify length 0), so the baseline and the
+speculative arms share every line. It schedules and verifies; the forward pass and KV memory it drives are
+``agentmill.lm.engine`` (``LlamaEngine``).
 
 One ``step()``:
 1. admit waiting requests first-come-first-served within ``max_num_seqs`` and ``max_step_tokens`` of prefill;

@@ -1,11 +1,11 @@
-"""Training the drafter on the feature cache (dspark spec §2.6 steps 5–9).
+"""Training the drafter on the feature cache (arXiv:2607.05147 [A]; loss and optimiser as DeepSpec [C]).
 
 Each step samples ``batch_sequences`` cached sequences and ``num_anchors`` anchors per sequence (a valid anchor a has
 response tokens at a and a+1), builds the teacher-forced blocks, and minimises ``0.1·CE + 0.9·L1 + 1.0·BCE(conf)``
 with position weights ``exp(−(k−1)/4)`` (DeepSpec ``loss.py``). AdamW at 6e-4 with 4% warm-up and cosine decay
-(DeepSpec ``config/dspark``); gradient clip 1.0 and weight decay 0 are the spec's [recon] choices. Checkpoints are
-atomic every ``checkpoint_every`` steps and hold the optimiser and data RNG, so a killed run resumes exactly; they
-are safetensors files with a JSON header (:func:`agentmill.lm.finetune.save_checkpoint`), never pickles.
+(DeepSpec ``config/dspark``); gradient clip 1.0 and weight decay 0 are this project's [R] (docs/methods/dspark.md).
+Checkpoints are atomic every ``checkpoint_every`` steps and hold the optimiser and data RNG, so a killed run resumes
+exactly; they are safetensors files with a JSON header (:func:`agentmill.lm.finetune.save_checkpoint`), never pickles.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class TrainConfig:
     checkpoint_every: int = 200
     schedule_steps: int | None = None
     """Length of the cosine schedule (default ``steps``); the equal-compute Markov ablation runs branches on one
-    schedule spanning N + M steps (spec §2.6 step 9)."""
+    schedule spanning N + M steps [R]."""
 
 
 def lr_at(step: int, tcfg: TrainConfig) -> float:

@@ -1,4 +1,5 @@
-"""Micro-benchmark of the estimators on one StepTable: where the bookkeeping time goes (spec §8 PERF-2/PERF-4).
+"""Micro-benchmark of the estimators on one StepTable: where the bookkeeping time goes (project targets PERF-2/PERF-4
+[R]).
 
 The lead's benchmark script and experiment G-9 (``e165.g2po_overhead``) call ``time_estimators``; the ratio to
 rollout time is theirs to compute. Median of ``repeats`` runs after one warm-up, wall clock, single process.

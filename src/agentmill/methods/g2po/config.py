@@ -1,8 +1,9 @@
 """Frozen configurations of the three step-level estimators of this package: GRPO, GiGPO and G2PO-style.
 
 Every default carries its source. G2PO's own hyperparameters are not public (no code, paper body unavailable), so
-its defaults are GiGPO's where an analogue exists and reconstruction choices [R] otherwise (spec agent-credit.md
-§2.4 table). Validation follows spec §9: a bad value raises ``ValueError`` at construction, not mid-training.
+its defaults are GiGPO's where an analogue exists and reconstruction choices [R] otherwise
+(docs/methods/g2po.md, Hyperparameters). Validation [R]: a bad value raises ``ValueError`` at construction, not
+mid-training.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _check_common(owner: str, gamma: float | None, omega: float | None, epsilon:
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    """Episode-level group advantage (spec §2.2)."""
+    """Episode-level group advantage (GRPO; g2po README)."""
 
     norm: str = "mean_std"
     """"mean_std": (R_i - mean_g R)/(std_g R + epsilon), the GRPO convention (DeepSeekMath; verl's
@@ -43,7 +44,7 @@ class GRPOConfig:
 
 @dataclass(frozen=True)
 class GiGPOConfig:
-    """GiGPO: episode term plus anchor-state step term (arXiv 2505.10978 Eqs. 3-8; spec §2.3)."""
+    """GiGPO: episode term plus anchor-state step term (arXiv 2505.10978 Eqs. 3-8)."""
 
     gamma: float = 0.95
     """Discount of the step returns G_{i,t}; verl-agent GiGPO launch scripts, ``algorithm.gamma=0.95``."""
@@ -68,7 +69,7 @@ class GiGPOConfig:
 
 @dataclass(frozen=True)
 class G2POConfig:
-    """G2PO-style (reconstructed) graph advantage (arXiv 2606.22995; spec §2.4). [R] unless marked [P]."""
+    """G2PO-style (reconstructed) graph advantage (arXiv 2606.22995; g2po README). [R] unless marked [P]."""
 
     gamma: float = 0.95
     """Discount of returns and of the TD bootstrap. GiGPO's default (2505.10978 launch scripts); G2PO's own value

@@ -1,4 +1,4 @@
-"""GRPO, GiGPO and G2PO-style (reconstructed) step advantages over one ``StepTable`` (spec agent-credit.md §2.2-2.4).
+"""GRPO, GiGPO and G2PO-style (reconstructed) step advantages over one ``StepTable`` (g2po README, The estimator).
 
 All three share the same table, the same episode term and the same vectorised bookkeeping, so a comparison between
 them (in ``experiments/``) differs only in the step term:
@@ -27,11 +27,11 @@ from agentmill.methods.g2po.segments import factorize, segment_constant, segment
     standardize_against
 
 MERGE_RATE_WARN = 0.02
-"""Below this merge rate the graph is nearly a set of chains and G2PO behaves like GRPO (spec §9 warning)."""
+"""Below this merge rate the graph is nearly a set of chains and G2PO behaves like GRPO (a warning [R])."""
 
 
 def _check_table(table: StepTable) -> None:
-    """Type check and the copied-terminal-reward trap (spec §9): if every step of a multi-step trajectory carries
+    """Type check and the copied-terminal-reward trap [R]: if every step of a multi-step trajectory carries
     the same nonzero reward, the outcome reward was probably copied onto each step (seen in Trinity-RFT)."""
     if not isinstance(table, StepTable):
         raise TypeError(f"expected a StepTable, got {type(table).__name__}")
@@ -48,7 +48,7 @@ def _check_table(table: StepTable) -> None:
 
 
 def _episode_term(table: StepTable, norm: str, epsilon: float) -> np.ndarray:
-    """A^ep_i = (R_i - mean_g R)/(std_g R + eps) or R_i - mean_g R, broadcast to the trajectory's rows (§2.2).
+    """A^ep_i = (R_i - mean_g R)/(std_g R + eps) or R_i - mean_g R, broadcast to the trajectory's rows.
     Unbiased std (n-1, as ``torch.std`` in verl). A group of one trajectory gets 0 (verl-agent returns the raw
     score there: a documented deviation)."""
     R = episode_scores(table)
@@ -58,7 +58,7 @@ def _episode_term(table: StepTable, norm: str, epsilon: float) -> np.ndarray:
 
 
 def grpo_advantages(table: StepTable, cfg: GRPOConfig = GRPOConfig()) -> AdvantageResult:
-    """GRPO (spec §2.2): A_{i,t} = A^ep_i. ``returns`` is the undiscounted return-to-go (GRPO has no gamma)."""
+    """GRPO: A_{i,t} = A^ep_i. ``returns`` is the undiscounted return-to-go (GRPO has no gamma)."""
     _check_table(table)
     ep = _episode_term(table, cfg.norm, cfg.epsilon)
     traj_group = table.group_index[table.traj_starts]
@@ -70,7 +70,7 @@ def grpo_advantages(table: StepTable, cfg: GRPOConfig = GRPOConfig()) -> Advanta
 
 def _anchor_groups(table: StepTable, key_fn: StateKeyFn, similarity: float | None) -> np.ndarray:
     """Anchor-group code of every row: exact (group, key) matches, or greedy similarity clusters inside each group
-    over the keys' text (spec §2.3 step 2)."""
+    over the keys' text (g2po README deviation 7)."""
     codes, index = key_codes(table, key_fn)
     if similarity is None:
         return codes
@@ -87,7 +87,7 @@ def _anchor_groups(table: StepTable, key_fn: StateKeyFn, similarity: float | Non
 
 
 def gigpo_advantages(table: StepTable, key_fn: StateKeyFn, cfg: GiGPOConfig = GiGPOConfig()) -> AdvantageResult:
-    """GiGPO (arXiv 2505.10978 Eqs. 3-8; spec §2.3): A = A^ep + omega * A^S.
+    """GiGPO (arXiv 2505.10978 Eqs. 3-8): A = A^ep + omega * A^S.
 
     A^S_{i,t} = G_{i,t} - mean_anchor(G) (``norm="mean"``) or that over (std_anchor + eps) (``"mean_std"``), where
     the anchor group is every step of the same group whose key equals (or, with ``similarity``, is similar to)
@@ -112,7 +112,8 @@ def gigpo_advantages(table: StepTable, key_fn: StateKeyFn, cfg: GiGPOConfig = Gi
 
 
 def g2po_advantages(table: StepTable, key_fn: StateKeyFn, cfg: G2POConfig = G2POConfig()) -> AdvantageResult:
-    """G2PO-style (reconstructed) graph advantages (spec §2.4): A = A^ep + omega * A_hat, or A_hat alone.
+    """G2PO-style (reconstructed) graph advantages (g2po README, The estimator): A = A^ep + omega * A_hat, or A_hat
+    alone.
 
     Steps 1-5 (keys, successors, returns, node values, edge TD errors) are ``build_state_graph``; here come the
     global standardisation (step 6) and the combination (step 7). ``step`` in the result is A_hat; diagnostics are

@@ -1,4 +1,4 @@
-"""The state-transition graph of trajectory groups (G2PO-style, reconstructed; spec agent-credit.md §2.4 steps 1-5).
+"""The state-transition graph of trajectory groups (G2PO-style, reconstructed; g2po README, steps 1-5).
 
 Every step row is a visit to node u = (group, key(o_t)) and an instance of edge e = (u, v), v = the node of o_{t+1}
 (after the last step: an absorbing node of value 0, keyed by the final observation). A node's value is the mean
@@ -29,8 +29,8 @@ from agentmill.methods.g2po.segments import segment_mean_std
 class Terminal:
     """Key of an absorbing node: the final observation of a terminated episode (or, under the default truncation
     convention, of a truncated one). Its value is 0 - it has no visits - but it keeps the final observation's key,
-    so that "A -> win" and "A -> dead end" stay different edges (spec §2.5: A->W and A->C get different TD errors).
-    A dataclass, so it never compares equal to a user's tuple key."""
+    so that "A -> win" and "A -> dead end" stay different edges (the worked example in docs/methods/g2po.md: A->W and
+    A->C get different TD errors). A dataclass, so it never compares equal to a user's tuple key."""
 
     key: Hashable
 
@@ -119,7 +119,7 @@ class StateGraph:
                                            self.edge_r_mean.tolist(), self.edge_td.tolist())}
 
     def diagnostics(self) -> dict[str, float]:
-        """Facts that predict whether G2PO can differ from GRPO (spec §2.6); always report them with results.
+        """Facts that predict whether G2PO can differ from GRPO [R]; always report them with results.
 
         Over visited nodes: ``merge_rate`` = 1 - n_nodes/n_visits; ``singleton_fraction`` = share of nodes with one
         visit; ``shared_visit_fraction`` = share of visits at nodes reached by >= 2 trajectories;
@@ -182,7 +182,7 @@ class StateGraph:
 
 def build_state_graph(table: StepTable, key_fn: StateKeyFn, *, gamma: float, visit: str = "every",
                       truncation: str = "terminal") -> StateGraph:
-    """Merge a table's trajectories into one graph per group (spec §2.4 steps 1-5).
+    """Merge a table's trajectories into one graph per group (g2po README, steps 1-5).
 
     ``visit``: "every" (V(u) averages all visits) or "first" (each trajectory's first visit of u only).
     ``truncation``: the successor of a truncated last step is an absorbing ``Terminal`` node of value 0 ("terminal",

@@ -1,10 +1,10 @@
 """State keys: which observations count as "the same state" in GiGPO anchor groups and G2PO graph nodes.
 
-The key decides everything (spec agent-credit.md §5.3): over-merging aliases different true states ("Nothing
+The key decides everything (g2po README, Pitfalls): over-merging aliases different true states ("Nothing
 happens."), under-merging splits one state over volatile ids and timestamps. A key function is
 ``key_fn(obs, info) -> Hashable``; it never sees ``info["oracle"]`` (``StepTable`` refuses that namespace).
 
-Built-ins (spec §2.6): ``ExactKey``, ``ScrubbedKey``, ``FieldsKey``, ``HashKey``, and ``cluster_similar``, the
+Built-ins: ``ExactKey``, ``ScrubbedKey``, ``FieldsKey``, ``HashKey``, and ``cluster_similar``, the
 GiGPO similarity grouping, which compares observations with each other and so is a grouping pass, not a key.
 ``UNIQUE_OBS_PATTERN`` (defined by ``envs.wrappers.UniqueObsWrapper``, re-exported here) matches the
 ``[request <8 hex> at <ISO timestamp>]`` field that wrapper appends; ``ScrubbedKey(UNIQUE_OBS_PATTERN)`` undoes it.
@@ -29,7 +29,7 @@ __all__ = ["UNIQUE_OBS_PATTERN", "ExactKey", "FieldsKey", "HashKey", "ScrubbedKe
 StateKeyFn = Callable[[str, Mapping[str, Any]], Hashable]
 
 SIMILARITY_WARN_ROWS = 5000
-"""``cluster_similar`` warns above this many rows per group: it makes O(rows x clusters) ratio calls (spec §2.6)."""
+"""``cluster_similar`` warns above this many rows per group: it makes O(rows x clusters) ratio calls [R]."""
 
 _WS = re.compile(r"\s+")
 
@@ -107,7 +107,7 @@ def _hashable(v: Any) -> Hashable:
 class FieldsKey:
     """A tuple of ``info`` fields, e.g. ("description", "inventory"): the room and what is carried, without the
     feedback line, so the same state merges whatever message came with it. Default key for TextWorld and KeyDoor
-    (spec §2.6). Whitespace in string fields is normalised like ``ExactKey``."""
+    [R]. Whitespace in string fields is normalised like ``ExactKey``."""
 
     fields: tuple[str, ...] = ("description", "inventory")
 
@@ -138,7 +138,7 @@ class HashKey:
 
 
 def cluster_similar(texts: Sequence[str], threshold: float = 0.95) -> list[int]:
-    """Greedy similarity clusters (GiGPO's similarity option; spec §2.3 step 2).
+    """Greedy similarity clusters (GiGPO's similarity option, verl-agent [C]).
 
     Each text joins the first existing cluster (in creation order) whose representative - its first member in
     input order - has ``difflib.SequenceMatcher(None, rep, text).ratio() >= threshold``; otherwise it founds a new
@@ -173,7 +173,7 @@ def cluster_similar(texts: Sequence[str], threshold: float = 0.95) -> list[int]:
 
 
 def key_from_spec(spec: str) -> tuple[StateKeyFn, float | None]:
-    """Parse a command-line key spec (spec §6.7 ``--key``) into ``(key_fn, similarity)``.
+    """Parse a command-line key spec (``agentmill g2po advantages --key``) into ``(key_fn, similarity)``.
 
     ``exact`` -> ``ExactKey()``; ``fields:description,inventory`` -> ``FieldsKey(...)``; ``scrub:REGEX`` ->
     ``ScrubbedKey(REGEX)`` over ``ExactKey`` (``scrub:unique`` uses ``UNIQUE_OBS_PATTERN``); ``hash`` ->

@@ -1,4 +1,5 @@
-"""Returns of a StepTable: the discounted return-to-go G_{i,t} and the episode score R_i (spec §2.1)."""
+"""Returns of a StepTable: the discounted return-to-go G_{i,t} and the episode score R_i
+(GiGPO's convention, arXiv 2505.10978 Eq. 5)."""
 
 from __future__ import annotations
 

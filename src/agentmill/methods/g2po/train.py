@@ -1,4 +1,4 @@
-"""Train one policy per estimator on the same episodes and compare learning curves (spec agent-credit.md §6.4).
+"""Train one policy per estimator on the same episodes and compare learning curves [R].
 
 ``train_compare`` is the driver of experiments G-5/G-6 (KeyDoor) and G-7 (TextWorld): for every seed and every
 estimator (GRPO, GiGPO, G2PO-style (reconstructed)) it trains a fresh policy from ``policy_factory`` with the same
@@ -11,7 +11,7 @@ consumed) and wall time per phase: rollout, graph building, advantages (graph in
 
 Policies: numpy policies with the ``envs.policies`` interface (``act``/``logprob``) are updated by
 ``envs.policies.pg_step``; a policy with its own ``pg_update(table, advantages, lr=..., normalize=...)`` (the LM arm
-of spec §6.4: ``lm.policy.LoRACandidatePolicy``, CandidatePolicy + LoRA, AdamW, lr 1e-4) is updated by that method
+[R]: ``lm.policy.LoRACandidatePolicy``, CandidatePolicy + LoRA, AdamW, lr 1e-4) is updated by that method
 instead. One loaded LM serves every arm with ``policy_factory=policy.reset`` (initial weights, fresh optimizer).
 """
 
@@ -73,7 +73,7 @@ class ArmLog:
 
     @property
     def auc(self) -> float:
-        """Success AUC: the mean of the success curve over evaluation points (spec §7 G-5 metric)."""
+        """Success AUC: the mean of the success curve over evaluation points (the G-5 metric)."""
         return float(np.mean(self.success)) if self.success else float("nan")
 
 
@@ -148,10 +148,10 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
     Args:
         env_factory, tasks, max_steps: as ``envs.rollout.collect_groups``.
         key_fn: state key for GiGPO and G2PO (required when either is among ``estimators``).
-        lr: one step size, or one per estimator (the spec picks each arm's lr from a grid on dev seeds).
+        lr: one step size, or one per estimator (each arm's lr is picked from a grid on dev seeds [R]).
         configs: estimator name -> its config (defaults: ``GRPOConfig()``, ``GiGPOConfig()``, ``G2POConfig()``).
         normalize: ``pg_step``'s gradient normalisation; "trajectories" (REINFORCE's per-episode sum) is the one the
-            spec's lr grid {0.1, 0.3, 1.0} fits on KeyDoor (measured by the envs author, see ``pg_step``).
+            pre-registered lr grid {0.1, 0.3, 1.0} [R] fits on KeyDoor (measured by the envs author, see ``pg_step``).
     Task order: iteration k of seed s trains on ``tasks_per_iter`` tasks drawn without replacement (cycling) from a
     permutation seeded by s alone, identical for every estimator. Evaluation episodes use seeds that depend only on
     (seed, evaluation point), never on the estimator.

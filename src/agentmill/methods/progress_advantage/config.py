@@ -1,7 +1,8 @@
-"""Configuration of the progress-advantage scorer (E173, spec agent-credit.md §2.8, §6.5).
+"""Configuration of the progress-advantage scorer (E173, arXiv:2606.26080; docs/methods/progress_advantage.md,
+Hyperparameters).
 
 Defaults follow the official code (github.com/deeplearning-wisc/progress-advantage, MIT) where it has one, and
-the spec's pre-registration otherwise; each field says which.
+this project's pre-registration [R] otherwise; each field says which.
 """
 
 from __future__ import annotations
@@ -18,30 +19,32 @@ ACTION_SPACES = ("free_text", "candidates")
 class PAConfig:
     beta: float = 1.0
     """β in A_t = β·log(π_θ/π_ref). Official default 1.0 (`runners/*.py --beta`); it rescales every score and
-    changes no ranking within one pair. Exactness needs the β actually used in KL-regularised training (§2.7)."""
+    changes no ranking within one pair. Exactness needs the β actually used in KL-regularised training (arXiv:2606.26080
+    [A])."""
     token_agg: str = "sum"
     """How token log-ratios of one action become a step score: sum|mean|min|max|last. `sum` is the only exact one:
-    token log-ratios telescope to A*(s, a) [D] (§2.7 "Token granularity"); the others are heuristics."""
+    token log-ratios telescope to A*(s, a) [D] (deterministic, unrewarded transitions inside an action); the others are
+    heuristics."""
     step_agg: str = "sum"
     """How step scores become a trajectory score: sum|mean|min|max|last|bottom10 (bottom10 = mean of the lowest
-    ⌈0.1·T⌉). Pre-registered `sum` for best-of-N and success prediction [D] (§2.8 "Defaults"): with γ = 1,
+    ⌈0.1·T⌉). Pre-registered `sum` for best-of-N and success prediction [D]: with γ = 1,
     Σ_t A*_t = return − V*(s_0) + V*(s_T) + transition noise."""
     ratio_mode: str = "per_token"
     """`per_token`: A_t = β·agg(lp_θ − lp_ref) (default). `separate`: A_t = β·(agg(lp_θ) − agg(lp_ref)), the
     semantics of the official `pa/scoring.py`; equal for sum/mean/last, different for min/max."""
     action_space: str = "free_text"
     """`free_text`: log π of the action string itself. `candidates`: log π(a|s) = ℓ(a) − logsumexp_{b∈C} ℓ(b) over
-    the admissible set C, the policy a candidate-choosing agent actually has [D] (§2.7 "Action space"); the free-text
+    the admissible set C, the policy a candidate-choosing agent actually has [D] (README deviation 5); the free-text
     score is off by a per-state constant there."""
     truncate: str = "error"
     """`error`: a sequence longer than the model context raises. `left`: drop the oldest tokens; steps that lose
-    tokens score NaN and are counted (the official scorer silently scored them 0.0 — §5 pitfall 12)."""
+    tokens score NaN and are counted (the official scorer silently scored them 0.0 — README deviation 1)."""
     top_k: int = 0
     """k of the top-k mean log-prob kept for the Self-Certainty/DeepConf baselines; 0 = not computed. The official
     code uses 20 (`runners/fa.py --top-k`)."""
     allow_cross_tokenizer: bool = False
     """Allow two models whose tokenizers differ (each then scores its own tokenization of the same text); only
-    meaningful with token_agg='sum', where the per-action total does not depend on how text is cut (§6.5)."""
+    meaningful with token_agg='sum', where the per-action total does not depend on how text is cut [R]."""
 
     def __post_init__(self) -> None:
         if not (self.beta > 0 and self.beta < float("inf")):

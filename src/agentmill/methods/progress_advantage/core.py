@@ -1,7 +1,7 @@
 """The progress advantage (E173, arXiv 2606.26080) on plain arrays: step scores from token log-probs,
 aggregations, and the three uses — best-of-N selection, success / step-error AUROC, failure attribution.
 
-Read top to bottom it is the paper's pipeline after the two forward passes (spec agent-credit.md §2.8):
+Read top to bottom it is the paper's pipeline after the two forward passes (README deviations 1-7):
 
 1. per action, token log-ratios ρ_j = lp_θ − lp_ref → a step score A_t = β·agg_tok(ρ)   (:func:`step_scores`)
 2. steps → a trajectory score agg_step(A_1..A_T)                                         (:func:`aggregate_steps`)
@@ -9,7 +9,7 @@ Read top to bottom it is the paper's pipeline after the two forward passes (spec
 
 Under KL-regularised RL the step score is exact: β·log(π*(a|s)/π_ref(a|s)) = A*(s,a) **[P]**, stochastic
 transitions included; :func:`tabular_progress_advantage` is that quantity on a tabular policy pair. Missing data
-is NaN, never 0.0 (the official code's 0.0 silently wins or loses under min/max — §2.8 step 5).
+is NaN, never 0.0 (the official code's 0.0 silently wins or loses under min/max — README deviation 1).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def step_score(lp_policy: np.ndarray, lp_ref: np.ndarray, *, beta: float = 1.0, 
 
 
 def candidate_step_score(ell_policy: np.ndarray, ell_ref: np.ndarray, chosen: int, *, beta: float = 1.0) -> float:
-    """A_t over an admissible set: β·[(ℓ_θ(a) − LSE_θ(C)) − (ℓ_ref(a) − LSE_ref(C))] (spec §2.8 step 3).
+    """A_t over an admissible set: β·[(ℓ_θ(a) − LSE_θ(C)) − (ℓ_ref(a) − LSE_ref(C))] (README deviation 5).
 
     ``ell_*`` (K,) are the summed log-likelihoods of each candidate (end-of-turn token included, so "go north" is
     not a free prefix of "go north east"); ``chosen`` indexes the realised action. NaN if any candidate is NaN.
@@ -144,7 +144,7 @@ class BoNResult:
 
 def best_of_n(scores_by_task: Mapping[str, Sequence[float]], successes: Mapping[str, Sequence[bool]],
               seed: int = 0) -> BoNResult:
-    """Pick the highest-scoring trajectory of each task (spec §2.8 "Uses").
+    """Pick the highest-scoring trajectory of each task (the paper's best-of-N use [A]).
 
     Ties are broken uniformly at random by a stream keyed by (seed, task), so the pick of a task does not depend
     on which other tasks are present or their order. NaN scores are never picked; a task whose scores are all NaN
@@ -208,7 +208,8 @@ class StepErrorAUROC(NamedTuple):
 def step_error_auroc(step_scores: Sequence[Sequence[float]] | np.ndarray,
                      labels: Sequence[Sequence[int]] | np.ndarray, *, traj: Sequence[int] | np.ndarray | None = None,
                      n_boot: int = 2000, seed: int = 0) -> StepErrorAUROC:
-    """Does a low step score flag a step that made no progress? (spec §2.8 "Uses", §5 pitfall 14)
+    """Does a low step score flag a step that made no progress? (README deviation 7: steps within a trajectory are
+    dependent, so CIs resample trajectories)
 
     ``step_scores``/``labels``: one array per trajectory (A_t and progress_t ∈ {1, 0, −1 unknown}), or flat arrays
     with ``traj`` naming each row's trajectory. Steps with unknown labels or NaN scores are excluded and counted.
@@ -280,7 +281,7 @@ def attribute_failure(A: Sequence[float] | np.ndarray, method: str = "min_cumula
 
     NaN steps cannot be blamed and add 0 to running sums; with no scored step the first step is returned as a
     fallback. Ties go to the earliest step. Fallbacks can look like skill when errors come early: report their rate
-    and a first-step baseline (§5 pitfall 15).
+    and a first-step baseline (README, Caveats).
     """
     if method not in ATTRIBUTION_METHODS:
         raise ValueError(f"attribution method must be one of {ATTRIBUTION_METHODS}, got {method!r}")
@@ -318,7 +319,7 @@ class AttributionMetrics(NamedTuple):
 def attribution_metrics(step_scores: Sequence[Sequence[float]], true_steps: Sequence[int],
                         method: str = "min_cumulative") -> AttributionMetrics:
     """Score :func:`attribute_failure` against known decisive steps (e.g. KeyDoor's "throw the key in the well").
-    Warns when more than half the picks were fallbacks (spec §9)."""
+    Warns when more than half the picks were fallbacks [R]."""
     if len(step_scores) != len(true_steps) or not step_scores:
         raise ValueError("attribution_metrics needs one true step per trajectory (and at least one trajectory)")
     picks = [attribute_failure(s, method) for s in step_scores]
@@ -338,6 +339,6 @@ def tabular_progress_advantage(pi: np.ndarray, pi_ref: np.ndarray, beta: float,
     """β·log(π(a|s)/π_ref(a|s)) on (S, A), NaN on invalid or zero-probability actions.
 
     At the KL-regularised optimum π = π* this equals the soft-optimal advantage A*(s, a) = Q*(s, a) − V*(s)
-    exactly **[P]** (§2.7); :mod:`.exactness` checks it on random stochastic MDPs.
+    exactly **[P]** (arXiv:2606.26080); :mod:`.exactness` checks it on random stochastic MDPs.
     """
     return log_ratio_advantage(pi, pi_ref, beta, valid)

@@ -1,7 +1,7 @@
 """The E173 identity checked on code: β·log(π*/π_ref) = A* on random KL-regularised MDPs solved exactly
-(claims P-1, P-2, P-3; spec agent-credit.md §2.7, §7). Functions return plain records an experiment can judge.
+(claims P-1, P-2, P-3; arXiv:2606.26080 [A]). Functions return plain records an experiment can judge.
 
-These are algebraic claims: a "supported" verdict says the code is right, nothing about agents (§5 pitfall 16).
+These are algebraic claims: a "supported" verdict says the code is right, nothing about agents (README, Caveats).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def exactness_check(n_mdps: int = 50, *, n_states: int = 20, n_actions: int = 4,
                     betas: Sequence[float] = (0.1, 1.0), kinds: Sequence[str] = ("det", "dir0.1", "dir1"),
                     seed: int = 0) -> list[dict[str, Any]]:
     """Claim P-1 (a, b): one record per (MDP, β) with the identity errors. MDP i has kind ``kinds[i % len]`` and
-    seed ``seed + i``. Threshold in the spec: max error < 1e-8 (this code reaches ~1e-13)."""
+    seed ``seed + i``. Pre-registered threshold [R]: max error < 1e-8 (this code reaches ~1e-13)."""
     rows = []
     for i in range(n_mdps):
         kind = kinds[i % len(kinds)]
@@ -70,7 +70,7 @@ def reward_recovery_rms(mdp: TabularMDP, pi_ref: np.ndarray, beta: float, *, n_s
     """Claim P-2: RMS of r̂ − r on sampled transitions, r̂(s,a,s') = β·log(π*/π_ref)(s,a) + V*(s) − γ·V*(s').
 
     r̂ − r = γ·(E_{s''}V*(s'') − V*(s')): zero exactly for deterministic P, positive otherwise — which is why the
-    paper reads the log-ratio as an advantage, not a reward (§2.7 "Reward vs advantage"). (s, a) are drawn
+    paper reads the log-ratio as an advantage, not a reward [D]. (s, a) are drawn
     uniformly over live valid pairs, s' from P.
     """
     Q, V, pi = soft_value_iteration(mdp, pi_ref, beta)

@@ -1,11 +1,11 @@
-"""The progress-advantage scorer over any two language models of the lm layer (spec agent-credit.md §2.8, §6.5).
+"""The progress-advantage scorer over any two language models of the lm layer (arXiv:2606.26080; README deviations 1-9).
 
 A step score is A_t = β·log(π_θ(a_t|s_t)/π_ref(a_t|s_t)), read off one forward pass of each model over the whole
 episode (:func:`agentmill.lm.scoring.score_segments`). The pair can be two ``hf:`` models, two ``tiny:`` models, a
 LoRA copy and its base, or the canned scripted fakes in tests; anything that can score given tokens.
 
-Scoring steps (§2.8): render the episode as the policy saw it (:class:`Episode`: prefer recorded token ids),
-score each model once, slice out the action spans (each action followed by its end-of-turn marker), and combine
+Scoring steps (README deviations 1-8): render the episode as the policy saw it (:class:`Episode`: prefer recorded token
+ids), score each model once, slice out the action spans (each action followed by its end-of-turn marker), and combine
 token log-probs with the configured aggregation and ratio mode; with ``action_space="candidates"`` every admissible
 candidate is scored in the same context and the log-probs are renormalised over the set.
 """
@@ -145,7 +145,7 @@ class ProgressAdvantageScorer:
     The two models must tokenize the same way (compared by :func:`agentmill.lm.scoring.tokenizer_fingerprint`),
     unless ``cfg.allow_cross_tokenizer`` (then ``token_agg`` must be "sum" and segments must be text: each model
     scores its own tokenization of the same text). Exactness (A_t = A*) needs the KL-optimal policy for this
-    reference, β and action space (§2.7 "Scope of exactness"); for other pairs the score is a heuristic the
+    reference, β and action space (README, Caveats); for other pairs the score is a heuristic the
     identity motivates.
     """
 
@@ -160,7 +160,7 @@ class ProgressAdvantageScorer:
                              "PAConfig(token_agg='sum', allow_cross_tokenizer=True) to compare per-action totals")
 
     def identity(self) -> dict[str, Any]:
-        """What a score depends on; stored next to scores so they are never re-used with another pair (§9)."""
+        """What a score depends on; stored next to scores so they are never re-used with another pair [R]."""
         return {"policy": getattr(self.policy, "spec", type(self.policy).__name__),
                 "reference": getattr(self.reference, "spec", type(self.reference).__name__),
                 "tokenizers": list(self.fingerprints), "beta": self.cfg.beta, "token_agg": self.cfg.token_agg,
@@ -323,7 +323,7 @@ def _log_softmax_at(v: np.ndarray, i: int) -> float:
 def chat_episode(lm: Any, observations: Sequence[str], actions: Sequence[str], *, system: str | None = None,
                  candidates: Sequence[Sequence[str] | None] | None = None) -> Episode:
     """Render a multi-turn episode with the model's own chat template: observation t is a user turn, action t the
-    assistant's reply (spec §2.8 step 1: "render exactly as the policy saw the episode").
+    assistant's reply (README deviation 8: render the episode as the policy saw it).
 
     The template text of the conversation up to each user turn (with the generation prompt) is what the policy
     was conditioned on; the episode's non-action segments are the differences between consecutive prompts, the
@@ -401,7 +401,7 @@ def write_scores(path: Any, keyed_scores: Sequence[tuple[Any, StepScores]], iden
 
 def read_scores(path: Any, identity: dict[str, Any] | None = None) -> list[tuple[Any, StepScores]]:
     """Read a file of :func:`write_scores`. With ``identity``, refuse (``ValueError``) a file written for another
-    pair, β, aggregation or renderer: scores must never be re-used across pairs silently (spec §9)."""
+    pair, β, aggregation or renderer: scores must never be re-used across pairs silently [R]."""
     import json
 
     with open(path, encoding="utf-8") as fh:

@@ -1,4 +1,4 @@
-"""Pair builders: policies trained from a reference under the KL-regularised objective (spec §2.7, §6.5).
+"""Pair builders: policies trained from a reference under the KL-regularised objective (arXiv:2606.26080 [A]; [R]).
 
 Implemented: :func:`kl_pg_exact`, tabular policy gradient with the *exact* gradient of
 J(π) = E[Σ_t γ^t (r_t − β·KL(π(·|s_t) ‖ π_ref(·|s_t)))] (claim P-1c: the log-ratio approaches A* as training
@@ -42,7 +42,7 @@ def kl_pg_exact(mdp: TabularMDP, pi_ref: np.ndarray, beta: float, *, steps: int 
                 record: tuple[int, ...] = (0, 50, 100, 200, 400)) -> KLPGTrace:
     """Gradient ascent on J with softmax logits θ initialised at log π_ref (so π_0 = π_ref).
 
-    Exact gradient (softmax policy-gradient theorem with the KL in the reward, spec §6.5 "train.py"):
+    Exact gradient (softmax policy-gradient theorem with the KL in the reward [D]):
     ∂J/∂θ_{s,a} = d^π(s)·π(a|s)·(Q^π(s,a) − β·log(π/π_ref)(s,a) − V^π(s)), where Q^π, V^π come from
     :func:`soft_policy_evaluation` and d^π = start^T (I − γP_π)^{-1} is the discounted visitation. States the start
     distribution never reaches get no gradient, so use a start with full support when every state should train.
@@ -122,7 +122,7 @@ def distill_to_optimum(policy: Any, states: Sequence[tuple[str, Mapping[str, Any
                        mdp: TabularMDP, pi_star: np.ndarray, *, epochs: int = 20, batch_size: int = 8,
                        lr: float | None = None, tol: float = 1e-3, seed: int = 0) -> DistillTrace:
     """Fit a trainable candidate policy (``lm.policy.LoRACandidatePolicy``) to a known π* on every live state of
-    a small tabular model, by cross-entropy over the candidates (spec §6.5; experiment P-6a).
+    a small tabular model, by cross-entropy over the candidates ([R]; experiment P-6a).
 
     Typical use: π_ref = ``candidate_policy_table(reference, states, actions, mdp)``; (Q*, V*, π*) =
     ``soft_value_iteration(mdp, π_ref, β)``; distil; then β·log(π_θ/π_ref) on (s, a) approaches A* = Q* − V* as
@@ -205,14 +205,14 @@ def kl_pg_train(policy: Any, reference: Any, env_factory: Callable[[Any], Any], 
                 beta: float, iterations: int, group_size: int = 8, tasks_per_iter: int = 4, gamma: float = 0.95,
                 max_steps: int | None = None, lr: float | None = None, seed: int = 0,
                 normalize: str = "trajectories") -> KLPGLog:
-    """KL-regularised policy gradient from rollouts (spec §6.5 ``kl_pg_train``; experiment P-6b).
+    """KL-regularised policy gradient from rollouts ([R]; experiment P-6b).
 
     Each iteration plays ``tasks_per_iter`` groups of ``group_size`` rollouts (``envs.rollout.collect_groups``),
     computes KL_t = KL(π(·|s_t) ‖ π_ref(·|s_t)) exactly over each row's candidates (``envs.policies.kl_per_step``),
     builds :func:`soft_advantages`, and takes one step with the direct KL gradient too (``kl_coef = β``): on an
     ``lm.policy.LoRACandidatePolicy`` its ``pg_update`` (AdamW; ``lr`` overrides its step size), on an
-    ``envs.policies`` softmax policy ``pg_step`` (``lr`` required). The fixed point is π* of §2.7 for this π_ref,
-    β and candidate sets, which is what makes β·log(π/π_ref) a progress advantage.
+    ``envs.policies`` softmax policy ``pg_step`` (``lr`` required). The fixed point is π* of the paper's objective for
+    this π_ref, β and candidate sets, which is what makes β·log(π/π_ref) a progress advantage.
     """
     import time
 

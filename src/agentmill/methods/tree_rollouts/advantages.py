@@ -1,10 +1,10 @@
-"""Group advantages, tree-aware token advantages, and group admission (E162 spec §2.8).
+"""Group advantages, tree-aware token advantages, and group admission (E162, [R]).
 
 ``grpo_advantages`` is verl's outcome GRPO (``compute_grpo_outcome_advantage``): (r - mean) / (std + eps) per
 group with the unbiased std (ddof = 1); a singleton group gets mean 0 and std 1. TRL uses eps = 1e-4 with a
 Bessel-corrected std; pass ``eps=1e-4`` to match it.
 
-Caveat (spec §2.8, [R]): under a loss that *sums* token terms over sequences, the total gradient on a shared
+Caveat [R]: under a loss that *sums* token terms over sequences, the total gradient on a shared
 prefix token is the sum of the flat advantages of the leaves below it in both modes; "subtree" redistribution only
 changes the update through per-sequence length normalisation, ratio clipping, or deduplicated shared tokens.
 """

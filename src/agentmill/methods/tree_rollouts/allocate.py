@@ -1,4 +1,4 @@
-"""Spending one token budget across many prompts (E162 spec §2.7).
+"""Spending one token budget across many prompts (E162; ABA-lite [R], not the paper's learned ABA).
 
 ``uniform``: every prompt gets the same budget. ``aba_lite`` ([R], in the spirit of Knapsack RL,
 arXiv:2509.25849; the paper's ABA is a learned predictor and is not reproduced):
@@ -9,7 +9,7 @@ arXiv:2509.25849; the paper's ABA is a learned predictor and is not reproduced):
     3. expand the top prompt with its own selector; recompute only its priority (lazy heap)
     4. when every priority is 0 (all mixed, or nothing affordable), spend what is left round-robin
 
-Allocation trades metric against metric (pitfall 9): it raises the mixed-outcome ratio but stops feeding prompts
+Allocation trades metric against metric [R]: it raises the mixed-outcome ratio but stops feeding prompts
 that are already mixed. The :class:`EmptyLakeDetector` flags prompts the policy cannot solve (k = 0 over many
 root samples) so a trainer can report or skip them instead of resampling forever.
 """

@@ -1,7 +1,8 @@
 """The advantage-collapse law of E162 and the statistics every GRPO user needs around it (numpy/scipy only).
 
 A GRPO group of G rollouts with 0/1 rewards teaches nothing when all rewards agree: every group-normalised
-advantage is then exactly 0. For a prompt with pass rate p (spec rl-rollouts §2.1, standard Bernoulli algebra):
+advantage is then exactly 0. For a prompt with pass rate p (arXiv:2605.05262 [A]; the formulas are Bernoulli
+algebra [D]):
 
     C(G, p) = p^G + (1 - p)^G          collapse probability
     M(G, p) = 1 - C(G, p)              informative ("mixed") probability, M < G·p for small p
@@ -22,7 +23,7 @@ from scipy.special import betaln, gammaln
 
 from agentmill.core.stats import Estimate, bootstrap_ci
 
-ZERO_STD_TOL = 1e-6  # spec §2.1: test std <= tol, never == 0 (fp32 noise; NVIDIA-NeMo/RL PR #4158 review)
+ZERO_STD_TOL = 1e-6  # [R] test std <= tol, never == 0 (fp32 noise; NVIDIA-NeMo/RL PR #4158 review)
 
 
 def _check_p(p: float | np.ndarray) -> np.ndarray:
@@ -55,7 +56,7 @@ def mixed_probability(p: float | np.ndarray, G: int | np.ndarray) -> float | np.
 def collapse_unbiased(k: int, N: int, G: int) -> float:
     """Unbiased collapse estimate for a random G-subset of N observed rollouts with k successes.
 
-    Hypergeometric: [C(k, G) + C(N-k, G)] / C(N, G), with C(a, b) = 0 for b > a (spec §2.1). Requires G <= N.
+    Hypergeometric: [C(k, G) + C(N-k, G)] / C(N, G), with C(a, b) = 0 for b > a [D]. Requires G <= N.
     """
     if not (isinstance(N, (int, np.integer)) and N >= 1):
         raise ValueError(f"N must be an integer >= 1, got {N!r}")
@@ -84,7 +85,7 @@ def min_group_size(p: float, delta: float) -> int | None:
 
 
 def expected_pool_collapse(z0: float, z1: float, a: float, b: float, G: int | np.ndarray) -> float | np.ndarray:
-    """E[C(G)] over the pool z0·δ0 + z1·δ1 + (1-z0-z1)·Beta(a, b) (spec §2.1):
+    """E[C(G)] over the pool z0·δ0 + z1·δ1 + (1-z0-z1)·Beta(a, b) [R]:
 
         z0 + z1 + (1 - z0 - z1)·[B(a+G, b) + B(a, b+G)] / B(a, b)
 
@@ -153,8 +154,8 @@ def group_stats(rewards: Sequence[float | None] | np.ndarray, group_ids: Sequenc
     """Collapse flags per group, groups in order of first appearance; vectorised (O(rows), not O(rows·groups)).
 
     ``None`` rewards are unscorable (a verifier error) and excluded, never counted as failures; a NaN or inf
-    reward is a bug upstream and raises (spec §9). A group is collapsed when the population std of its scorable
-    rewards is <= ``zero_std_tol`` (spec §2.1: a tolerance, never ``std == 0``, because fp32 noise leaves a
+    reward is a bug upstream and raises [R]. A group is collapsed when the population std of its scorable
+    rewards is <= ``zero_std_tol`` ([R] a tolerance, never ``std == 0``, because fp32 noise leaves a
     constant group with a tiny nonzero std), or when it has fewer than 2 scorable rewards (no spread). A collapsed
     group is all-success / all-fail when its mean is above / at-or-below ``success_threshold``.
     """
@@ -236,10 +237,10 @@ def _unpack(theta: np.ndarray) -> tuple[float, float, float, float]:
 
 
 def fit_pool_mixture(counts: Sequence[tuple[int, int]], *, restarts: int = 3, seed: int = 0) -> PoolFit:
-    """Fit (z0, z1, a, b) by maximum likelihood to per-prompt (k successes, N samples) (spec §2.1 [R]).
+    """Fit (z0, z1, a, b) by maximum likelihood to per-prompt (k successes, N samples) [R].
 
     Prompt i contributes  z0·[k=0] + z1·[k=N] + (1-z0-z1)·BetaBinom(k | N, a, b).  Nelder–Mead on unconstrained
-    parameters (softmax weights, log a, log b), best of ``restarts`` starts (spec §2.1: 3). ``converged`` is False
+    parameters (softmax weights, log a, log b), best of ``restarts`` starts (3 [R]). ``converged`` is False
     (never an exception) when the optimiser fails or the restarts disagree on the lake mass, i.e. the likelihood
     is flat in that direction.
     """

@@ -1,7 +1,8 @@
 """Configuration of the tree sampler, its UUCB score and the cross-prompt allocator (frozen, documented).
 
-Defaults are this project's choices (E162 spec §2.4, [R]): the paper does not publish its constants. They were
-set on the development pool of the synthetic chain model (pool seed 1); claim runs use pool seeds >= 1000.
+Defaults are this project's choices ([R]; docs/methods/tree_rollouts.md, Hyperparameters): the paper does not publish
+its constants. They were set on the development pool of the synthetic chain model (pool seed 1); claim runs use pool
+seeds >= 1000.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class UUCBConfig:
     c: float = 0.25
-    """Exploration scale: u_x = c * sqrt(ln(1 + N) / (1 + n_x)) (spec §2.4)."""
+    """Exploration scale: u_x = c * sqrt(ln(1 + N) / (1 + n_x)) [R]."""
     lam: float = 0.5
     """Weight of the token-entropy term D(x) = 1 - exp(-H_x)."""
     beta: float = 0.0

@@ -1,5 +1,5 @@
-"""Streaming collapse telemetry for any trainer (E162 spec §6.4, §6.8): what share of groups carries no signal,
-which prompts are an empty (or full) lake, and how much of the budget goes there.
+"""Streaming collapse telemetry for any trainer (E162; metric keys in the tree_rollouts README): what share of groups
+carries no signal, which prompts are an empty (or full) lake, and how much of the budget goes there.
 
     monitor = CollapseMonitor()
     reward_fn = monitor.wrap_reward_fn(my_reward_fn, group_size=8)     # a TRL reward function, rows grouped by G

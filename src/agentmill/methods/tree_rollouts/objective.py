@@ -1,4 +1,4 @@
-"""The expansion objective and why greedy selection works (E162 spec §2.3; [P] monotone submodular + greedy
+"""The expansion objective and why greedy selection works ([P] monotone submodular + greedy
 >= 1 - 1/e; the exact form here is [R]).
 
 An *instance* is a small tree of groups (the root and internal nodes), observed leaves with 0/1 outcomes under

@@ -1,4 +1,4 @@
-"""Growing one rollout tree under a token budget (E162 spec §2.6), and the rollout log.
+"""Growing one rollout tree under a token budget ([R], tree_rollouts README), and the rollout log.
 
     1. start the tree (one prompt prefill); sample m0 independent root continuations; verify; insert
     2. until the budget, the leaf cap or the expansion cap is reached:
@@ -347,9 +347,9 @@ def sample_independent(prompt: Any, lm: ForkableLM, verifier: Verifier, n: int, 
 
 
 def tree_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
-    """Pooled signal metrics of a forest (spec §6.8). ``nz_leaves_per_1k``: leaves in mixed root groups per 1 000
-    generated tokens; ``nz_token_frac``: distinct tokens (trie nodes) whose subtree advantage is non-zero, per
-    generated token; ``mixed_ratio``: share of prompts whose root group is mixed."""
+    """Pooled signal metrics of a forest (keys defined in the tree_rollouts README). ``nz_leaves_per_1k``: leaves in
+    mixed root groups per 1 000 generated tokens; ``nz_token_frac``: distinct tokens (trie nodes) whose subtree
+    advantage is non-zero, per generated token; ``mixed_ratio``: share of prompts whose root group is mixed."""
     from agentmill.methods.tree_rollouts.advantages import node_advantages
 
     gen = sum(t.counters["gen_tokens"] for t in trees)

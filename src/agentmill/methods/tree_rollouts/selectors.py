@@ -1,10 +1,10 @@
-"""Which candidate prefix to expand next: the six selectors of E162 spec §2.5 behind one protocol.
+"""Which candidate prefix to expand next: the six selectors of E162 behind one protocol [R].
 
 A selector scores a :class:`CandidateView` (per-candidate arrays built by the sampler, including the virtual
 updates of the current wave); the sampler takes the argmax and breaks ties with the expansion's own RNG stream,
 never by list order.
 
-UUCB (spec §2.4; the paper states the three terms [P], every constant and form here is [R]):
+UUCB (the paper states the three terms [P], every constant and form here is [R]):
 
     mu_x   hierarchical posterior mean: root Beta(a0 + k, b0 + n - k); a prefix x with parent candidate pi has
            prior Beta(m * mu_pi, m * (1 - mu_pi)) updated with (k_x, n_x - k_x)

@@ -1,4 +1,4 @@
-"""The synthetic twin (E162 spec §6.3): a numpy ``ForkableLM`` whose success probabilities are known exactly.
+"""The synthetic twin (E162, [R]): a numpy ``ForkableLM`` whose success probabilities are known exactly.
 
 A prompt is a vector q in [0, 1]^H of per-step correctness probabilities. A completion has H steps of
 ``tokens_per_step`` tokens; the first token of step i is its *decision* token (1 = correct, 2 = wrong), drawn
@@ -144,7 +144,7 @@ class SyntheticChainLM:
 
 # -------------------------------------------------------------------------------------------------- pools
 def hard_prompt(rng: np.random.Generator, steps: int = 10) -> np.ndarray:
-    """q = 0.97 except 3 random steps ~ U(0.15, 0.5): mean p_root = 0.97^7 * 0.325^3 ~ 0.028 (spec §6.3)."""
+    """q = 0.97 except 3 random steps ~ U(0.15, 0.5): mean p_root = 0.97^7 * 0.325^3 ~ 0.028 [R]."""
     q = np.full(steps, 0.97)
     hard = rng.choice(steps, size=min(3, steps), replace=False)
     q[hard] = rng.uniform(0.15, 0.5, size=len(hard))

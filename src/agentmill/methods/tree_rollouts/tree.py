@@ -2,10 +2,10 @@
 
 Every leaf is a complete, verified completion. A *candidate* is a trie node at depth t (the completion prefix
 y[0:t]) from which a fresh continuation may be sampled; the root (t = 0) is always a candidate, other candidates
-come from a branch-point policy on each leaf (E162 spec §2.2). Two candidates with the same prefix are the same
-node. Per node the tree keeps n (scorable leaves through it) and k (their successes), updated when a leaf is
-added, so scoring never rescans leaves. A token trie is equivalent to the spec's radix tree of segments; segments
-are the maximal single-child chains (:meth:`RolloutTree.segments`).
+come from a branch-point policy on each leaf ([R], tree_rollouts README). Two candidates with the same prefix are the
+same node. Per node the tree keeps n (scorable leaves through it) and k (their successes), updated when a leaf is
+added, so scoring never rescans leaves. A token trie is equivalent to a radix tree of segments (README deviation 7);
+segments are the maximal single-child chains (:meth:`RolloutTree.segments`).
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ class RolloutTree:
         return [lf for lf in self.leaves if lf.success is not None]
 
     def group_nodes(self) -> list[Node]:
-        """The root plus every branching node (>= 2 children): the groups of the objective (spec §2.3)."""
+        """The root plus every branching node (>= 2 children): the groups of the objective [R]."""
         return [self.root] + [self._nodes[i] for i in sorted(self._branching) if i != self.root.id]
 
     def flags(self, node: Node) -> tuple[float, float]:

@@ -1,5 +1,5 @@
-"""The LLM critic, the reviser's inner critique loop (spec autocog §2.10) and LLM-written metric code run in the
-sandbox (§2.7, §6.3), with scripted models and hand-set losses."""
+"""The LLM critic, the reviser's inner critique loop ([C] ``src/improver.py``) and LLM-written metric code run in the
+sandbox, with scripted models and hand-set losses."""
 
 from __future__ import annotations
 

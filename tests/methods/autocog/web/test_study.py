@@ -1,4 +1,4 @@
-"""Study config (spec autocog §6.8): validation, pinning, token TTL, per-study HMAC secret, max_recruit, raw PIDs
+"""Study config [R]: validation, pinning, token TTL, per-study HMAC secret, max_recruit, raw PIDs
 only on request, and the admin CSV export over HTTP on loopback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Study-config fields the participant page acts on (spec autocog §6.8): ``quiz: false`` skips the quiz (server
+"""Study-config fields the participant page acts on [R]: ``quiz: false`` skips the quiz (server
 decided), ``min_rt_ms`` reaches the client through the bootstrap and faster trials are refused by the server,
 ``completion_url`` is returned by ``complete`` (the served client redirects to it), and ``PROLIFIC_PID`` /
 ``STUDY_ID`` / ``SESSION_ID`` are stored only as per-study HMACs. The client's button delay and redirect are checked

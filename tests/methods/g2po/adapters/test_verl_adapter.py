@@ -1,4 +1,4 @@
-"""verl adapter against a stub mirroring verl's ``register_adv_est`` registry semantics (spec §6.6, §6.8), and
+"""verl adapter against a stub mirroring verl's ``register_adv_est`` registry semantics , and
 against stock verl 0.9.1's ``compute_advantage`` call.
 
 verl is not installed here (no agentmill extra brings it: the adapter's module docstring says why); the stub
@@ -53,7 +53,8 @@ def core_algos(monkeypatch):
 
 
 def _golden_batch(order):
-    """The §2.5 example as a verl batch: one row per step, in a shuffled order; 4 response tokens per row."""
+    """The worked example (docs/methods/g2po.md) as a verl batch: one row per step, in a shuffled order; 4 response
+    tokens per row."""
     tb = golden_table()
     L = 4
     mask = np.zeros((len(tb), L))
@@ -109,7 +110,7 @@ def test_register_baselines_adds_agentmill_gigpo(core_algos) -> None:
     assert core_algos.ADV_ESTIMATOR_REGISTRY["agentmill_gigpo"] is fn
     tb, tlr, mask, fields = _golden_batch(np.arange(7))
     adv, _ = fn(tlr, mask, **fields)
-    # GiGPO (mean mode): episode R - mean R plus the §2.5 step term
+    # GiGPO (mean mode): episode R - mean R plus the worked example's step term
     np.testing.assert_allclose(adv[:, 0], np.array([1, 1, 1, 1, 1, -2, -2]) / 3
                                + np.array([0.25, 1 / 3, 0, 0, 1 / 3, -0.25, -2 / 3]), atol=1e-12)
 
@@ -203,7 +204,7 @@ def stock_verl(request, monkeypatch):
 
 
 def _golden_verl_data(make_data):
-    """The §2.5 golden table as a verl batch with the step fields stored (but, in stock verl, not forwarded)."""
+    """The golden worked example as a verl batch with the step fields stored (but, in stock verl, not forwarded)."""
     import torch
 
     tb, tlr, mask, fields = _golden_batch(np.arange(7))

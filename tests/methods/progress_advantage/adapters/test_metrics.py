@@ -1,5 +1,5 @@
 """verl / TRL progress-advantage metrics on hand-checkable (B, L) batches; the TRL contract against the installed
-TRL (spec §6.6, §6.8 "Adapters")."""
+TRL."""
 
 from __future__ import annotations
 

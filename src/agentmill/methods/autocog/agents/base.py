@@ -1,4 +1,4 @@
-"""Role protocols and records (spec autocog §6.2): Advocate, Arbiter, Reviser, Critic; Proposal, Verdict, Critique,
+"""Role protocols and records [R]: Advocate, Arbiter, Reviser, Critic; Proposal, Verdict, Critique,
 Revision, and the PoolView every role reads."""
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ CRITIC_VERDICTS = ("continue", "regenerate")
 
 @dataclass
 class Critique:
-    """The critic's answer on one revision candidate (spec §2.10, §6.3): ``continue`` = good enough, stop the inner
-    loop (honoured only for an accepted candidate); ``regenerate`` = try again, with ``critique`` as the advice."""
+    """The critic's answer on one revision candidate ([C] ``src/improver.py``): ``continue`` = good enough, stop the
+    inner loop (honoured only for an accepted candidate); ``regenerate`` = try again, with ``critique`` as the
+    advice."""
 
     verdict: str  # "continue" | "regenerate"
     critique: str = ""

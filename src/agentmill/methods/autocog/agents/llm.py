@@ -1,4 +1,4 @@
-"""LLM-driven roles over :mod:`agentmill.lm` (spec autocog §6.3, §6.7).
+"""LLM-driven roles over :mod:`agentmill.lm` ([R]; roles as the repository's [C]).
 
 Every LM call is recorded before its reply is used, twice over: as an ``lm_call`` event in the run's ledger
 (keyed ``<step>/lmNN`` under the loop step that made it: model, prompt and its sha256, reply and its sha256, sampling
@@ -10,10 +10,10 @@ role that still fails falls back to its programmatic twin for that step (``fallb
 
 The advocate writes its metric as code (``metric(data) -> float``, JSON field or a fenced block labelled
 ``metric``), AST-checked and run only in the sandbox (never in-process); code that fails the check or fails on
-simulated data of the advocate's own theory is replaced by a §6.4 template (the one named in the reply, else the
+simulated data of the advocate's own theory is replaced by a metric template (the one named in the reply, else the
 one with the smallest gate p on the proposed design), with ``fallback: true`` in the proposal's ``metric_code``
-record. The reviser runs the spec's inner critique loop (§2.10) with a critic (:class:`LLMCritic`, temperature 0,
-falling back to :class:`~agentmill.methods.autocog.agents.search.LossCritic`)."""
+record. The reviser runs the repository's inner critique loop [C `src/improver.py`] with a critic (:class:`LLMCritic`,
+temperature 0, falling back to :class:`~agentmill.methods.autocog.agents.search.LossCritic`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from agentmill.methods.autocog.sandbox import SandboxError, check_source, run_ba
 from agentmill.methods.autocog.theory import CodeTheory, ParamSpace
 
 MAX_PARSE_RETRIES = 3
-"""Per call: a reply that fails its schema is re-asked with the error appended, at most this many asks (§6.3)."""
+"""Per call: a reply that fails its schema is re-asked with the error appended, at most this many asks [R]."""
 MAX_CRITIQUE_ITERS = 10
 """Reviser inner-loop iterations [C `src/run_config.py` MAX_CRITIQUE_ITERS]."""
 MAX_COMPILE_RETRIES = 10
@@ -223,7 +223,7 @@ class LLMAdvocate(_LLMRole):
         prop.extra["metric_code"] = rec
 
     def _min_p_template(self, own, opponent, design: Design, seed: int):
-        """The §6.4 template with the smallest Welch p on ``design`` (ties -> template order), as SearchAdvocate
+        """The metric template with the smallest Welch p on ``design`` (ties -> template order), as SearchAdvocate
         picks, restricted to the advocate's own design."""
         from agentmill.methods.autocog.gate import welch_gate
         from agentmill.methods.autocog.metrics import predicted_estimate
@@ -258,7 +258,7 @@ class LLMArbiter(_LLMRole):
 
 @cache
 def critic_reply_model():
-    """The critic's strict JSON schema (spec §6.3) as a pydantic model: exactly ``verdict`` and ``critique``.
+    """The critic's strict JSON schema [R] as a pydantic model: exactly ``verdict`` and ``critique``.
     pydantic is imported here, not at module import: it is not a core dependency (the ``openai`` extra brings it)."""
     try:
         from typing import Literal
@@ -282,7 +282,7 @@ def _validation_message(e) -> str:
 
 
 class LLMCritic(_LLMRole):
-    """The reviser's critic over an LM (temperature 0.0 by default, spec §6.3): {verdict: continue|regenerate,
+    """The reviser's critic over an LM (temperature 0.0 by default [R]): {verdict: continue|regenerate,
     critique}, pydantic-validated, ≤ 3 asks with the validation error fed back, then the programmatic critic
     (``fallback`` and the errors recorded in the candidate's record)."""
 
@@ -311,11 +311,11 @@ class LLMCritic(_LLMRole):
 
 
 class LLMReviser(_LLMRole):
-    """The spec's inner loop (§2.10), up to ``max_iters`` (default MAX_CRITIQUE_ITERS = 10) iterations of:
-    propose (≤ ``max_compile_retries`` asks until the code parses, passes the AST policy and runs one trial in the
-    sandbox) → aggregate loss on all observations → critic verdict.
+    """The repository's inner loop [C `src/improver.py`], up to ``max_iters`` (default MAX_CRITIQUE_ITERS = 10)
+    iterations of: propose (≤ ``max_compile_retries`` asks until the code parses, passes the AST policy and runs one
+    trial in the sandbox) → aggregate loss on all observations → critic verdict.
 
-    Reading of the spec, checked against the repository [C `src/improver.py`]: a candidate is *accepted* iff its
+    As read in the repository [C `src/improver.py`]: a candidate is *accepted* iff its
     loss is strictly below the best so far (the first compiling candidate is accepted unconditionally, as in the
     code); the critic is asked every iteration; ``continue`` ends the loop only when the candidate was accepted (a
     ``continue`` on a rejected candidate counts as ``regenerate``, so the result is never worse than the running

@@ -1,10 +1,10 @@
-"""The AC-12 loopback stub (spec autocog §7 AC-12): a scripted AutoCog "model" behind OpenAI-compatible HTTP on
+"""The AC-12 loopback stub [R]: a scripted AutoCog "model" behind OpenAI-compatible HTTP on
 127.0.0.1, so the LLM roles run end to end through ``agentmill.lm``'s ``openai:`` client — real sockets, real JSON,
 the SDK's parsing — offline and in CI.
 
 What it stands in for: a capable chat model at an OpenAI-compatible endpoint (vLLM, llama.cpp server, a hosted API).
 It does not stand in for that model's judgement: its replies are fixed and exercise the plumbing, including the
-faults the spec names — the first advocate reply of a run is malformed JSON, and the reviser's first round-1 theory
+two planned faults [R] — the first advocate reply of a run is malformed JSON, and the reviser's first round-1 theory
 does not compile. The replies are a pure function of the prompt (no counters), so a run killed between a request
 and its recording gets the same reply when it asks again: resume stays byte-identical (AC-8's Scripted-LM arm).
 

@@ -1,5 +1,5 @@
-"""Prompt builders and output parsers for the LLM roles (spec autocog §6.3). Own wording. Prompts never contain
-the ground truth's name, prose or code (pitfall 22): they are built only from the slot theories and the pool."""
+"""Prompt builders and output parsers for the LLM roles [R]. Own wording. Prompts never contain
+the ground truth's name, prose or code [R]: they are built only from the slot theories and the pool."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def reviser_prompt(verdict, target, other, pool, feedback: str, *, iteration: in
 
 
 def critic_prompt(verdict, target, candidate, pool, attempt: dict, history: list[dict]) -> str:
-    """Spec §6.3 'Reviser/critic content': verdict, target theory, every observation; per candidate its aggregate
+    """Reviser/critic content [R]: verdict, target theory, every observation; per candidate its aggregate
     loss and per-observation errors (earlier iterations summarised with their accept/reject mark)."""
     rows = []
     for o, p, e in zip(pool.observations, attempt.get("obs_preds", []), attempt.get("obs_errors", [])):

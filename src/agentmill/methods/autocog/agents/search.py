@@ -1,8 +1,8 @@
-"""LLM-free roles (spec autocog §6.4): SearchAdvocate, RuleArbiter, ProgramSpaceReviser, LossCritic.
+"""LLM-free roles [R] (budgets in docs/papers.md E176): SearchAdvocate, RuleArbiter, ProgramSpaceReviser, LossCritic.
 
 These make the whole loop run offline. The programmatic advocates are symmetric discriminators, not partisans;
 the programmatic reviser searches a typed grammar that *contains* every ground-truth family, so recovery with it
-measures the loop's design and scoring machinery given an adequate hypothesis space, not creativity (pitfall 21).
+measures the loop's design and scoring machinery given an adequate hypothesis space, not creativity [R].
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ LIBRARY_FAMILY = {"ttb": ("identity", "validity", "lexicographic"), "tallying": 
                   "satisficing_wadd": ("threshold", "validity", "additive"),
                   "mixture_ttb_wadd": ("identity", "validity", "mixture")}
 
-# Range variants (§6.4): full range or one of two halves; log-scale split for γ and k [R: γ split at 1 = the
+# Range variants [R]: full range or one of two halves; log-scale split for γ and k [R: γ split at 1 = the
 # geometric midpoint of [0.1, 10], since γ's range starts at 0].
 SPLITS = {"gamma": 1.0, "k": 0.5, "alpha": 0.55, "s": 2.55, "t": 0.5, "lam": 0.5, "p": 0.5}
 BETA_VARIANTS = (None, (0.1, 3.0), (3.0, 20.0))
@@ -176,7 +176,7 @@ class ProgramSpaceReviser:
 
 
 class LossCritic:
-    """The programmatic critic of the LLM reviser's inner loop (the LLM critic's fallback) [R: the spec names no
+    """The programmatic critic of the LLM reviser's inner loop (the LLM critic's fallback) [R: no source has a
     programmatic critic]. ``continue`` iff the candidate was accepted (strictly below the best loss so far) and
     its aggregate loss is strictly below the replaced theory's (same observations, same simulation budget);
     otherwise ``regenerate``, naming the observations the candidate fits worst."""

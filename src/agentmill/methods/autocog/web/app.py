@@ -1,4 +1,4 @@
-"""FastAPI participant app (spec autocog §6.8). ``create_app(store, study, test_mode)``; ``serve(...)`` runs uvicorn.
+"""FastAPI participant app [R]. ``create_app(store, study, test_mode)``; ``serve(...)`` runs uvicorn.
 
 Hardening: CSP ``default-src 'self'``, ``nosniff``, no CORS, bodies > 16 KB -> 413 (counted while the body is read,
 so a chunked body without ``Content-Length`` is cut off at 16 KB too), per-token rate limit (20 requests/s),

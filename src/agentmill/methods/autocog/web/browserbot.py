@@ -1,4 +1,4 @@
-"""A scripted participant in a real headless Chromium (spec autocog §7 AC-9, §9 "Browser automation offline").
+"""A scripted participant in a real headless Chromium (AC-9 [R]; offline, loopback only).
 
 It clicks through consent, instructions and the quiz, then answers every trial of the server's schedule with a
 given choice rule, while exercising the client's fault paths: 3 injected 503s (test mode), a page refresh at one

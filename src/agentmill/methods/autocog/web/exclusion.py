@@ -1,5 +1,6 @@
-"""Participant exclusion (spec autocog §2.13, §6.8). Single-side and alternation rates are computed on the
-*screen side* pressed, not on the option (pitfall 19). Exclusion never deletes data. The thresholds are the study
+"""Participant exclusion ([C] ``filter_participants.py``; [R]). Single-side and alternation rates are computed on the
+*screen side* pressed, not on the option [R]: rates on options would exclude
+consistent rule-followers where one option usually wins. Exclusion never deletes data. The thresholds are the study
 config's pre-registered ``exclusion`` block (``Store.study()``); the constants below are its defaults."""
 
 from __future__ import annotations

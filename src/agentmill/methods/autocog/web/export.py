@@ -1,5 +1,5 @@
-"""CSV/JSONL export of trials and participants (spec autocog §6.8): pseudonymous ids p001…, excluded flag and
-reasons; ``loop.jsonl`` in the repository's tidy format (§2.1). Raw PIDs (stored only under ``store_raw_pid: true``)
+"""CSV/JSONL export of trials and participants [R]: pseudonymous ids p001…, excluded flag and
+reasons; ``loop.jsonl`` in the repository's tidy format [C]. Raw PIDs (stored only under ``store_raw_pid: true``)
 leave the database only on explicit request (``include_raw_pids``), in their own ``raw_pids`` file."""
 
 from __future__ import annotations

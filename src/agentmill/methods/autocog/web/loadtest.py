@@ -1,4 +1,4 @@
-"""Load-and-crash harness for the participant app (spec autocog §7 AC-10, §9 "Never lost").
+"""Load-and-crash harness for the participant app (AC-10, an engineering claim [R]).
 
 Many concurrent HTTP clients submit every trial of their session with duplicates, out-of-order writes (shuffled
 within blocks of 4, inside the server's +8 window), retries and a few deliberately conflicting writes, while the

@@ -1,4 +1,4 @@
-"""SQLite storage for the participant app (spec autocog §6.8): WAL, synchronous=FULL, idempotent trial writes.
+"""SQLite storage for the participant app [R]: WAL, synchronous=FULL, idempotent trial writes.
 
 One database holds one study: its validated config is pinned in ``meta`` (with its SHA-256) and a per-study HMAC
 secret (``secrets.token_hex(32)``, created with the database, never exported) keys the participant-ID hashes and
@@ -129,7 +129,7 @@ class Store:
         return json.loads(row[0]) if row else None
 
     def study(self) -> dict:
-        """The pinned config, else the §6.8 defaults (cached per Store object)."""
+        """The pinned config, else the defaults (cached per Store object)."""
         if self._study is None:
             from agentmill.methods.autocog.web.study import validate_study
 

@@ -1,4 +1,4 @@
-"""Study configuration (spec autocog §6.8): the YAML a study is run under, validated, hashed and pinned.
+"""Study configuration [R]: the YAML a study is run under, validated, hashed and pinned.
 
 The config is part of the pre-registration: its SHA-256 (of canonical JSON) is written into the run's ledger
 through the cohort's ``describe()`` (the loop's first event, before any observation is requested) and pinned into
@@ -16,7 +16,7 @@ from agentmill.methods.autocog.cohorts import HumanCohort
 from agentmill.methods.autocog.theory import sha256
 
 EXCLUSION_DEFAULTS: dict[str, float] = {
-    # §2.13 [C `filter_participants.py`] + catch accuracy [R]; same values as web/exclusion.py's constants
+    # [C `filter_participants.py`] + catch accuracy [R]; same values as web/exclusion.py's constants
     "single_side": 0.95, "min_mean_rt_ms": 1200, "alternation": 0.95, "max_blur_ms": 60_000, "catch_min_correct": 3,
 }
 STUDY_DEFAULTS: dict[str, Any] = {
@@ -31,7 +31,7 @@ STUDY_DEFAULTS: dict[str, Any] = {
     "exclusion": dict(EXCLUSION_DEFAULTS), "target_valid_n": 25, "max_recruit": 35, "token_ttl_hours": 24,
     "completion_code": None, "completion_url": None, "store_raw_pid": False, "ethics_reference": None,
 }
-"""§6.8 field list; target_valid_n 25 and max_recruit 35 as in the spec [R]; n_catch 4 at 20/40/60/80 %."""
+"""Study fields [R]; target_valid_n 25 and max_recruit 35 [R]; n_catch 4 at 20/40/60/80 %."""
 
 
 def _type_error(field: str, want: str, got: Any) -> ValueError:
@@ -43,7 +43,7 @@ def validate_study(raw: dict | None) -> dict:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ValueError(f"study config must be a mapping of the §6.8 fields, got {type(raw).__name__}")
+        raise ValueError(f"study config must be a mapping of the study fields, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(STUDY_DEFAULTS))
     if unknown:
         raise ValueError(f"study config: unknown field(s) {', '.join(unknown)}; accepted: {', '.join(STUDY_DEFAULTS)}")

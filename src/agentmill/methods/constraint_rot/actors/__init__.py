@@ -1,4 +1,5 @@
-"""Actors of ConstraintRot (spec §2.10): the interface and the scripted actors used in exact tests."""
+"""Actors of ConstraintRot (docs/methods/constraint_rot.md "Deviations from the paper" 5): the interface and the
+scripted actors used in exact tests."""
 
 from agentmill.methods.constraint_rot.actors.base import Action, Actor, ActorBrief, visible
 from agentmill.methods.constraint_rot.actors.scripted import (AlwaysComply, AlwaysRefuse, LatestInstructionWins,
@@ -9,6 +10,3 @@ __all__ = ["Action", "Actor", "ActorBrief", "AlwaysComply", "AlwaysRefuse", "Lat
 from agentmill.methods.constraint_rot.actors.endpoint import EndpointActor, EndpointError  # noqa: E402
 
 __all__ += ["EndpointActor", "EndpointError"]
-from agentmill.methods.constraint_rot.actors.organism import OrganismActor, OrganismMismatch  # noqa: E402
-
-__all__ += ["OrganismActor", "OrganismMismatch"]

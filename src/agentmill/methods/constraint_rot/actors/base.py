@@ -1,4 +1,5 @@
-"""The actor interface of ConstraintRot (spec §2.10): ``Actor.act(messages, tools) -> Action``.
+"""The actor interface of ConstraintRot (docs/methods/constraint_rot.md "Deviations from the paper" 5):
+``Actor.act(messages, tools) -> Action``.
 
 An actor sees only what a model would see: messages with their harness labels (``meta``) removed — the loop calls
 :func:`visible` before every decision, so labels such as ``origin="policy"`` can never leak into a decision.
@@ -71,6 +72,7 @@ class Actor(Protocol):
 
 
 def visible(messages: Sequence[Message]) -> list[Message]:
-    """The messages as an actor sees them: ``meta`` removed (spec §2.10, §6.3)."""
+    """The messages as an actor sees them: ``meta`` removed (docs/methods/constraint_rot.md "Deviations from the paper"
+    5; the package README, "Map of the package")."""
     return [Message(role=m.role, content=m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
                     name=m.name) for m in messages]

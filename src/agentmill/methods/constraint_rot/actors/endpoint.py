@@ -1,4 +1,5 @@
-"""The endpoint actor (spec §2.10, §9): any OpenAI-compatible ``/v1/chat/completions`` server as an actor.
+"""The endpoint actor (docs/methods/constraint_rot.md "Deviations from the paper" 5; the package README, "Faults"): any
+OpenAI-compatible ``/v1/chat/completions`` server as an actor.
 
 vLLM, llama.cpp's server, Ollama, hosted APIs and agentmill's own server all speak this protocol, so the decay and
 pinning measurements run unchanged against a capable model. Transport, retries and error wording are the ``openai:``
@@ -9,10 +10,10 @@ LM backend's (:class:`agentmill.lm.openai_client.OpenAILM`); this module adds wh
   traffic is rendered as plain turns (servers without tool support often reject role ``tool``), and the reply is
   parsed as ``{"tool": <name>, "arguments": {...}}``. ``auto`` tries native and, when the server refuses the request
   with 400/422, asks again in json and remembers the choice for the actor's lifetime. ``native`` against a server
-  that refuses ``tools`` is a clear error (spec §9), never a silent downgrade.
-- **Invalid output is never safe** (spec §9): a call to an undeclared tool, arguments that are not a JSON object,
-  an empty reply or a call-shaped JSON answer that does not parse all become ``Action(invalid=True)``, which the
-  grader counts as ``invalid_action``.
+  that refuses ``tools`` is a clear error (the package README, "Faults"), never a silent downgrade.
+- **Invalid output is never safe** (the package README, "Faults"): a call to an undeclared tool, arguments that are not
+  a JSON object, an empty reply or a call-shaped JSON answer that does not parse all become ``Action(invalid=True)``,
+  which the grader counts as ``invalid_action``.
 - **Faults**: timeouts, connection errors, 429 and 5xx are retried with bounded exponential backoff and jitter
   (``lm.openai_client``). The final failure raises :class:`EndpointError`, naming the URL and the last status, which
   ``AgentLoop.run`` records as an ``error`` row.

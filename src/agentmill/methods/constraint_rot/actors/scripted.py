@@ -1,4 +1,4 @@
-"""Scripted actors for exact tests (spec §2.10) [R].
+"""Scripted actors for exact tests (docs/methods/constraint_rot.md "Deviations from the paper" 5) [R].
 
 Every scripted actor answers the request it was briefed about (:class:`.base.ActorBrief`) the same way:
 

@@ -1,4 +1,5 @@
-"""Attack cases from episodes: where an eviction payload goes and what the compactor sees (spec §2.8).
+"""Attack cases from episodes: where an eviction payload goes and what the compactor sees
+(docs/methods/constraint_rot.md "What it does").
 
 An episode is run once (``AlwaysComply`` actor, a recording no-op compactor) up to its compaction point, so the
 context is exactly what a compactor would receive. The payload then goes into the last distractor tool output

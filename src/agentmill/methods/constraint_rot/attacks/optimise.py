@@ -1,5 +1,5 @@
-"""The eviction-attack optimiser (spec §2.8 steps 1–4) [R]: random search plus a small genetic algorithm over the
-template slots, scored by how often the *target compactor* loses the rule on dev cases.
+"""The eviction-attack optimiser (docs/methods/constraint_rot.md "What it does") [R]: random search plus a small genetic
+algorithm over the template slots, scored by how often the *target compactor* loses the rule on dev cases.
 
 1. Genome: template id (from ``templates``, default A1–A6) and the :class:`Slots` (wording variant, claimed
    authority, date, position, repetitions, camouflage format, filler length, whether the payload names the rule).
@@ -30,17 +30,17 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.types import Message
-from agentmill.methods.constraint_rot.attacks.templates import (AUTHORITIES, CAMOUFLAGES, EVICTION_TEMPLATES,
-                                                                N_VARIANTS, POSITIONS, TEMPLATES, AttackSpec, RuleView,
-                                                                Slots, filler_like, plant, render)
 from agentmill.methods.constraint_rot.compactors.base import Compactor, check_keep_last, messages_hash
 from agentmill.methods.constraint_rot.messages import TokenCounter, as_counter
+from agentmill.methods.constraint_rot.payloads.templates import (AUTHORITIES, CAMOUFLAGES, EVICTION_TEMPLATES,
+                                                                 N_VARIANTS, POSITIONS, TEMPLATES, AttackSpec,
+                                                                 RuleView, Slots, filler_like, plant, render)
 from agentmill.methods.constraint_rot.survival import Anchors, classify_survival
 
-DROP_LABELS = frozenset({"dropped", "contradicted", "mutated"})  # spec §2.8 step 2
-TOKEN_PENALTY = 0.05  # per 1,000 payload tokens, spec §2.8 step 2
-TOURNAMENT = 3  # spec §2.8 step 3
-MUTATION_P = 0.2  # per slot, spec §2.8 step 3
+DROP_LABELS = frozenset({"dropped", "contradicted", "mutated"})  # [R], docs/methods/constraint_rot.md "Hyperparameters"
+TOKEN_PENALTY = 0.05  # per 1,000 payload tokens [R], docs/methods/constraint_rot.md "Hyperparameters"
+TOURNAMENT = 3  # [R], docs/methods/constraint_rot.md "Hyperparameters"
+MUTATION_P = 0.2  # per slot [R], docs/methods/constraint_rot.md "Hyperparameters"
 DATES = ("2026-05-01", "2026-06-01", "2026-06-20", "2026-06-22")  # [R] before the sandbox clock (2026-06-23)
 FILLER_CHOICES = (0, 25, 50, 100, 200, 400)  # [R] a grid over the spec's 0–400 token range
 SCHEMA = "cr-optimised-attack-1"
@@ -256,7 +256,7 @@ class OptimisedAttack:
 
     def save(self, path: str | Path) -> Path:
         """Write once: a new file, or nothing when the same record is already there; another record at ``path``
-        raises ``FileExistsError`` (attack artefacts are never overwritten, spec §9)."""
+        raises ``FileExistsError`` (attack artefacts are never overwritten, the package README, "Faults")."""
         p = Path(path)
         if p.exists():
             if load_attack(p).content_hash == self.content_hash:
@@ -300,8 +300,9 @@ def optimise_attack(target: Compactor, dev: Sequence[DevCase], *, population: in
                     counter: Any = None) -> OptimisedAttack:
     """Search template × slots for the payload that makes ``target`` lose the rule most often on ``dev``.
 
-    ``population`` 8 / ``generations`` 2 is the quick profile, 16 / 4 the full one (spec §2.8). ``templates``
-    limits the template gene (one id fixes it). ``counter`` measures payload tokens (default: the target's)."""
+    ``population`` 8 / ``generations`` 2 is the quick profile, 16 / 4 the full one (docs/methods/constraint_rot.md
+    "What it does"). ``templates`` limits the template gene (one id fixes it). ``counter`` measures payload tokens
+    (default: the target's)."""
     _check_dev(dev)
     if isinstance(population, bool) or not isinstance(population, int) or population < 2:
         raise ValueError(f"optimise_attack: population must be an integer >= 2, got {population!r}")

@@ -1,5 +1,5 @@
-"""Compaction strategies of ConstraintRot (spec §2.5): the common interface, the non-LLM compactors and the LLM
-summariser."""
+"""Compaction strategies of ConstraintRot (docs/methods/constraint_rot.md "Use it" 3): the common interface, the non-LLM
+compactors and the LLM summariser."""
 
 from agentmill.methods.constraint_rot.compactors.base import (CompactionResult, Compactor, NoCompaction,
                                                              block_starts, make_config_hash, messages_hash)

@@ -1,4 +1,4 @@
-"""The compactor interface (spec §2.5) and the cut rules every compactor shares.
+"""The compactor interface (docs/methods/constraint_rot.md "Use it" 3) and the cut rules every compactor shares.
 
 A compactor turns a context into a shorter one. Two invariants hold for all of them:
 

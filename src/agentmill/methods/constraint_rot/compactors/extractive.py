@@ -1,11 +1,11 @@
 """Extractive summary: the highest-salience sentences of the summarised span, in their original order.
 
-Score (spec §2.5, [R]): TF-IDF cosine between a sentence and the centroid of the last two user turns, times
-exp(−0.1 · age_in_messages) for ``recency_tfidf``; ``tfidf`` drops the recency factor; ``constraint_aware`` is
-``recency_tfidf`` with every modality-cue sentence forced in. Sentences are ranked by score (ties: the later
-sentence first), near-duplicates (token Jaccard ≥ ``dedupe``) are removed keeping the higher-ranked one, and the
-ranking is taken from the top until the next sentence would exceed ``ratio`` × the span's tokens (at least one
-sentence is kept). Because the cut is a prefix of a ranking that does not depend on the ratio, a smaller ratio
+Score (docs/methods/constraint_rot.md "Use it" 3, [R]): TF-IDF cosine between a sentence and the centroid of the last
+two user turns, times exp(−0.1 · age_in_messages) for ``recency_tfidf``; ``tfidf`` drops the recency factor;
+``constraint_aware`` is ``recency_tfidf`` with every modality-cue sentence forced in. Sentences are ranked by score
+(ties: the later sentence first), near-duplicates (token Jaccard ≥ ``dedupe``) are removed keeping the higher-ranked
+one, and the ranking is taken from the top until the next sentence would exceed ``ratio`` × the span's tokens (at least
+one sentence is kept). Because the cut is a prefix of a ranking that does not depend on the ratio, a smaller ratio
 keeps a subset of the sentences a larger one keeps: survival cannot increase as compression tightens (CR-5).
 
 This is a deterministic salience summariser and the CI target of the eviction attack: a rule sentence that shares
@@ -25,7 +25,7 @@ from agentmill.methods.constraint_rot.compactors.base import (BaseCompactor, Com
 from agentmill.methods.constraint_rot.messages import count_tokens, is_rule_like, normalise, word_tokens
 
 SCORERS = ("tfidf", "recency_tfidf", "constraint_aware")
-RECENCY_DECAY = 0.1  # per message of age, spec §2.5 [R]
+RECENCY_DECAY = 0.1  # per message of age [R], docs/methods/constraint_rot.md "Hyperparameters"
 QUERY_TURNS = 2
 
 

@@ -1,4 +1,5 @@
-"""LLM summary compaction (spec §2.5): a language model summarises the prefix; the summary replaces it.
+"""LLM summary compaction (docs/methods/constraint_rot.md "Use it" 3): a language model summarises the prefix; the
+summary replaces it.
 
 This is what harness auto-compaction does (LangChain ``SummarizationMiddleware``, LangMem, Codex, Claude Code):
 
@@ -63,13 +64,14 @@ from agentmill.methods.constraint_rot.summary_cache import SummaryCache, cache_k
 SummaryStyle = Literal["goal_extract", "running", "handoff", "sectioned", "sectioned_secure", "constraint_aware"]
 STYLES: tuple[str, ...] = ("goal_extract", "running", "handoff", "sectioned", "sectioned_secure",
                            "constraint_aware")
-MIN_NEW_TOKENS = 32  # spec §2.5: a floor so that a short prefix still gets a readable summary
-NO_REPEAT_NGRAM = 4  # spec §2.5 [I]: SmolLM2 loops in greedy decoding otherwise
+# [R] (docs/methods/constraint_rot.md "Hyperparameters"): a floor so that a short prefix still gets a readable summary
+MIN_NEW_TOKENS = 32
+NO_REPEAT_NGRAM = 4  # docs/methods/constraint_rot.md "Use it" 3 [I]: SmolLM2 loops in greedy decoding otherwise
 RUNNING_SPLIT = "\n%%\n"  # running.txt: the fresh-summary template, this line, the extend-a-summary template
 
-# How the summary is announced when it enters the context (spec §2.5). goal_extract/running: the fixed
-# announcing prefix of the deterministic summarisers. handoff/sectioned*: our own continuation prefaces, in the
-# manner of Codex's handoff prefix and Claude Code's "continued session" preface.
+# How the summary is announced when it enters the context (docs/methods/constraint_rot.md "Use it" 3).
+# goal_extract/running: the fixed announcing prefix of the deterministic summarisers. handoff/sectioned*: our own
+# continuation prefaces, in the manner of Codex's handoff prefix and Claude Code's "continued session" preface.
 PREFACES: dict[str, str] = {"goal_extract": SUMMARY_PREFIX, "running": SUMMARY_PREFIX,
                             "handoff": HANDOFF_PREFACE, "sectioned": CONTINUATION_PREFACE,
                             "sectioned_secure": CONTINUATION_PREFACE, "constraint_aware": SUMMARY_PREFIX}

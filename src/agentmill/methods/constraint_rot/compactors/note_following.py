@@ -1,5 +1,5 @@
 """A deterministic summariser that obeys notes addressed to it — the stand-in for an injection-susceptible LLM
-summariser (spec §2.5; tests and the deterministic CR-8 arm only).
+summariser (docs/methods/constraint_rot.md "Use it" 3; tests and the deterministic CR-8 arm only).
 
 It keeps every modality-cue sentence and the last user request, except what a "note to the summariser" found in
 its input tells it to omit. The note grammar [R]:

@@ -1,4 +1,5 @@
-"""Repeated compaction: apply a compactor k times (long sessions compact again and again, spec §2.5).
+"""Repeated compaction: apply a compactor k times (long sessions compact again and again, docs/methods/constraint_rot.md
+"Use it" 3).
 
 Each round compacts the previous round's output, so an earlier summary is itself summarised (the ``running``
 behaviour for the deterministic summarisers: the prior summary sits in the summarised span). The rounds(M, k)
@@ -48,5 +49,6 @@ class Repeated:
                        config_hash=self.config_hash, name=self.name,
                        details={"rounds": [(r.tokens_before, r.tokens_after) for r in results],
                                 "round_summaries": [r.summary_text for r in results],
-                                # a failed round is a failed compaction (spec §9), not a shorter one
+                                # a failed round is a failed compaction (the package README, "Faults"), not a shorter
+                                # one
                                 "summary_failed": any(bool(r.details.get("summary_failed")) for r in results)})

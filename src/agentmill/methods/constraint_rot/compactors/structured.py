@@ -1,10 +1,10 @@
 """Structured summary: a fixed template whose CONSTRAINTS section lists every rule-like sentence verbatim.
 
-The template is {goal, done, pending, files, decisions, constraints} (spec §2.5), the shape of the structured
-compaction prompts users ask for (langchain-ai/deepagents #2389). The ``rules`` filler is deterministic: a sentence
-with a modality cue (``messages.MODALITY_CUES``) goes to CONSTRAINTS, so this is the constraint-aware baseline — it
-keeps the rule whenever the rule's sentence carries a cue. The ``lm`` filler (an LM writes the sections) comes with
-the LLM summariser and is not implemented here.
+The template is {goal, done, pending, files, decisions, constraints} (docs/methods/constraint_rot.md "Use it" 3), the
+shape of the structured compaction prompts users ask for (langchain-ai/deepagents #2389). The ``rules`` filler is
+deterministic: a sentence with a modality cue (``messages.MODALITY_CUES``) goes to CONSTRAINTS, so this is the
+constraint-aware baseline — it keeps the rule whenever the rule's sentence carries a cue. The ``lm`` filler (an LM
+writes the sections) comes with the LLM summariser and is not implemented here.
 """
 
 from __future__ import annotations

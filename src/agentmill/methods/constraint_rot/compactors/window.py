@@ -2,7 +2,7 @@
 
 Real-world analogues: AutoGen ``BufferedChatCompletionContext(buffer_size)`` / ``TokenLimitedChatCompletionContext``
 and LangChain ``trim_messages(strategy="last", include_system=True)``. A rule stated in an early turn is evicted
-deterministically once the window moves past it — the "AutoGen 100%" mechanism of spec §3 [I].
+deterministically once the window moves past it — the "AutoGen 100%" mechanism of the paper, arXiv:2606.22528 [I].
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The model organism (spec §2.10): SmolLM2-135M fine-tuned to obey rules visible in its context and to comply
-when none is. SFT data (``data``), LoRA training (``train``) and the validation gates (``validate``)."""
+"""The model organism (docs/methods/constraint_rot.md "Deviations from the paper" 5): SmolLM2-135M fine-tuned to obey
+rules visible in its context and to comply when none is. SFT data (``data``), LoRA training (``train``) and the
+validation gates (``validate``)."""
 
 from __future__ import annotations
 

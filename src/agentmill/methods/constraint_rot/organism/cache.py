@@ -5,9 +5,9 @@ needed: the ``constraint-rot train`` command, the organism experiment, the insti
 framework (CR-12) experiments all call :func:`obtain_organism` with the same recipe and get the same directory.
 The default root is ``<cache root>/organisms`` (``$AGENTMILL_CACHE``), outside any run's work dir, so a rerun
 without ``--resume`` does not lose it. An existing directory holding an ``organism_card.json`` is reused as is;
-``train_organism`` refuses to overwrite one (spec §9). The address and the reuse rule are the project's one
-(:func:`agentmill.lm.finetune.content_key`, :func:`~agentmill.lm.finetune.obtain_adapter`); what is organism-specific
-here is the recipe and which of its fields enter the address."""
+``train_organism`` refuses to overwrite one (the package README, "Faults"). The address and the reuse rule are the
+project's one (:func:`agentmill.lm.finetune.content_key`, :func:`~agentmill.lm.finetune.obtain_adapter`); what is
+organism-specific here is the recipe and which of its fields enter the address."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from agentmill.lm.finetune import content_key, obtain_adapter
 
 
 SPEC_LR = 3e-4
-"""Spec §2.10's AdamW learning rate (recipe v1)."""
+"""The AdamW learning rate of recipe v1 [R] (docs/methods/constraint_rot.md "Hyperparameters" lists recipe v3's)."""
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """Everything that decides an organism's weights (spec §2.10 hyperparameters; quick 320 / full 960 examples).
+    """Everything that decides an organism's weights (docs/methods/constraint_rot.md "Deviations from the paper" 5;
+    quick 320 / full 960 examples).
 
     The defaults are **recipe v3**: v2 plus ``paired`` (below). Recipe v2 (docs/LOG.md 2026-11-25): the spec's
     recipe (v1: ``lr=SPEC_LR``, ``history_weight=0``) trained for 85 min and failed all six validation gates — 40 optimiser steps that

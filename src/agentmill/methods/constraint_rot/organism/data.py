@@ -1,4 +1,4 @@
-"""SFT data for the model organism (spec §2.10 "Data", pitfalls 13–14) [R].
+"""SFT data for the model organism (docs/methods/constraint_rot.md "Deviations from the paper" 5, pitfalls 13–14) [R].
 
 Every example is a real transcript: a **train-split** episode from :func:`.generate.generate_episodes` (short
 distractors) is played through :class:`.loop.AgentLoop` by a recording actor, so the system prompt, the policy (or
@@ -63,8 +63,9 @@ DATA_VERSION = "cr-sft-1"
 EXAMPLE_KINDS = ("present", "absent", "near_miss", "irrelevant", "paraphrase", "two_rules")
 BASE_LOCATIONS = ("memory_block", "memory_tool", "policy_doc_tool", "onboarding_turn", "system")
 TRAINED_LOCATIONS = BASE_LOCATIONS + ("summary_block", "card")
-"""Spec §2.10 table, row 1. ``first_user_turn`` is held out (leave-one-location-out is reported, not trained)."""
-SFT_DISTRACTOR_TOKENS = (150, 700)  # spec §2.10: short distractors
+"""Where the rule sits in SFT episodes [R]. ``first_user_turn`` is held out
+(leave-one-location-out is reported, not trained)."""
+SFT_DISTRACTOR_TOKENS = (150, 700)  # docs/methods/constraint_rot.md "Deviations from the paper" 5: short distractors
 PER_MESSAGE_OVERHEAD = 4  # ChatML role markers per message (<|im_start|>role\n … <|im_end|>\n)
 
 # Project wording [R]. Refusals must hit the grader's refusal lexicon ("I can't", "I won't").
@@ -80,8 +81,8 @@ class LeakageError(ValueError):
 
 @dataclass(frozen=True)
 class Mixture:
-    """Shares of the example kinds (spec §2.10 table) and, for compliant targets, the share of compliant
-    alternatives (the rest are refusals naming the rule's gist)."""
+    """Shares of the example kinds (docs/methods/constraint_rot.md "Deviations from the paper" 5 table) and, for
+    compliant targets, the share of compliant alternatives (the rest are refusals naming the rule's gist)."""
 
     present: float = 0.35
     absent: float = 0.25

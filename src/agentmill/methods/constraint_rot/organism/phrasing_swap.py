@@ -84,7 +84,7 @@ def run_phrasing_swap(adapter_dir: str | Path, cat: Catalogue, *, split: str = "
         raise ValueError(f"{rows_file}: its present episodes are not those of n_per_cell={n_per_cell}, "
                          f"seed={seed}; {hint}")
     if actor is None:
-        from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+        from agentmill.methods.constraint_rot.organism.actor import OrganismActor
         actor = OrganismActor(adapter_dir)
     other = OTHER_SPLIT[split]
     rows: list[dict[str, Any]] = []

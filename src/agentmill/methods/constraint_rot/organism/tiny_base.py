@@ -9,7 +9,7 @@ untrained noise: what a run on it shows is the plumbing, never a behaviour.
 The weights are built once, deterministically (seeded initialisation), into a directory the caller names (the
 experiments use their work dir) and read back from there, so every load gives the same bytes and an adapter trained
 on them fits later loads: the base's ``sha256`` is the digest of its ``model.safetensors``, checked against the
-adapter's card like the GGUF digest of SmolLM2 (``actors/organism.check_adapter``).
+adapter's card like the GGUF digest of SmolLM2 (``organism/actor.check_adapter``).
 """
 
 from __future__ import annotations

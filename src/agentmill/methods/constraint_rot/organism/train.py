@@ -1,4 +1,5 @@
-"""Training the model organism (spec §2.10 "Training") [R]: a LoRA on SmolLM2-135M-Instruct via lm.finetune.
+"""Training the model organism (docs/methods/constraint_rot.md "Deviations from the paper" 5) [R]: a LoRA on
+SmolLM2-135M-Instruct via lm.finetune.
 
 Every example is rendered exactly as the OpenAI-compatible server renders a chat request with tools
 (:func:`agentmill.lm.chat_tools.chat_prompt_ids`: the tool list and ``CALL``/``REPLY`` format in the system
@@ -6,18 +7,18 @@ message, past tool calls as ``CALL`` lines, tool results in role ``tool``), then
 template's end-of-turn token are appended. Only those target tokens carry a label; every prompt token is -100, so
 the loss is on the action alone.
 
-Hyperparameters (spec §2.10): LoRA r = 16, α = 32, dropout 0.05 on all seven linear projections — low rank per LoRA
-(arXiv 2106.09685), all linear layers per QLoRA (arXiv 2305.14314); AdamW lr 3e-4, weight decay 0; cosine decay
-after a 5 % linear warmup; effective batch 8 (micro-batch 2 × accumulation 4); 1 epoch; seed 0; fp32 (bf16
-autocast optional); two torch threads (fewer under ``AGENTMILL_THREAD_CAP``).
+Hyperparameters (docs/methods/constraint_rot.md "Deviations from the paper" 5): LoRA r = 16, α = 32, dropout 0.05 on all
+seven linear projections — low rank per LoRA (arXiv 2106.09685), all linear layers per QLoRA (arXiv 2305.14314); AdamW
+lr 3e-4, weight decay 0; cosine decay after a 5 % linear warmup; effective batch 8 (micro-batch 2 × accumulation 4); 1
+epoch; seed 0; fp32 (bf16 autocast optional); two torch threads (fewer under ``AGENTMILL_THREAD_CAP``).
 
 Deviation: the spec's max length 768 is too short once the real tool list is rendered (~440 tokens on its own, which
 the SFT builder's estimate leaves out), so ``max_length`` defaults to 1536 and the card records the value used. An
 example longer than ``max_length`` is an error before any training step (truncating it would cut the trigger).
 
 The adapter (safetensors) and ``organism_card.json`` go into a **new** directory: an existing non-empty
-``out_dir`` is refused (spec §9: adapters are never overwritten in place). Files are written to a temporary sibling
-and renamed, so a kill never leaves half an organism.
+``out_dir`` is refused (the package README, "Faults": adapters are never overwritten in place). Files are written to a
+temporary sibling and renamed, so a kill never leaves half an organism.
 
 The training loop itself — loss masks, schedule, per-step checkpoints with bit-identical resume, safetensors
 adapters — is the project's one LoRA loop, :mod:`agentmill.lm.finetune`; this module renders the organism's data
@@ -44,9 +45,9 @@ from agentmill.methods.constraint_rot.organism.data import SFTExample, manifest_
 CARD_FILE = "organism_card.json"
 CARD_VERSION = "cr-organism-1"
 BASE_SPEC = "hf:smollm2"
-WARMUP_SHARE = 0.05  # spec §2.10
-# The organism's LoRA is lm.finetune's default LoraCfg (spec §2.10: r 16, α 32, dropout 0.05, all seven
-# projections); its repr enters the content address (cache.Recipe.hyper).
+WARMUP_SHARE = 0.05  # [R], docs/methods/constraint_rot.md "Hyperparameters"
+# The organism's LoRA is lm.finetune's default LoraCfg (docs/methods/constraint_rot.md "Deviations from the paper" 5: r
+# 16, α 32, dropout 0.05, all seven projections); its repr enters the content address (cache.Recipe.hyper).
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Validation gates G1–G6 of the model organism (spec §2.10 "Validation") [R] on held-out ``test_iid`` episodes.
+"""Validation gates G1–G6 of the model organism (docs/methods/constraint_rot.md "Deviations from the paper" 5) [R] on
+held-out ``test_iid`` episodes.
 
 Cells (``n_per_cell`` episodes each; early probe off; trained base locations; short distractors as in training):
 
@@ -48,7 +49,7 @@ from agentmill.methods.constraint_rot.organism.train import CARD_FILE, OrganismC
 from agentmill.methods.constraint_rot.prereg import Prereg, load_prereg
 from agentmill.methods.constraint_rot.stats import WILSON_Z
 
-FULL_N = 150  # spec §2.10: >= 150 per cell full
+FULL_N = 150  # docs/methods/constraint_rot.md "Deviations from the paper" 5: >= 150 per cell full
 CELLS = ("present", "absent", "near_miss", "irrelevant")
 
 
@@ -200,7 +201,7 @@ def validate_organism(adapter_dir: str | Path, cat: Catalogue, *, n_per_cell: in
     card = OrganismCard.load(adapter_dir)
     prereg = prereg or load_prereg()
     if actor is None:
-        from agentmill.methods.constraint_rot.actors.organism import OrganismActor
+        from agentmill.methods.constraint_rot.organism.actor import OrganismActor
         actor = OrganismActor(adapter_dir)
     trig = cell_episodes(cat, split, n_per_cell, seed, counter)
     near = cell_episodes(cat, split, n_per_cell, seed + 1, counter, allowed_share=1.0)

@@ -1,4 +1,5 @@
-"""Constraint Pinning (spec §2.7): operator registry, rule cards, the pinning middleware and the policy gate."""
+"""Constraint Pinning (docs/methods/constraint_rot.md "Use it" 5): operator registry, rule cards, the pinning middleware
+and the policy gate."""
 
 from agentmill.methods.constraint_rot.pinning.card import (FOOTER, CardTooLong, ParsedCard, RuleCard, parse_cards,
                                                           render_card, strip_cards)

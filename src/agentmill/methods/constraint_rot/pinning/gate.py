@@ -1,4 +1,5 @@
-"""PolicyGate: a deterministic tool-call check against the registry's predicates (spec §2.7 step 6) [R].
+"""PolicyGate: a deterministic tool-call check against the registry's predicates (docs/methods/constraint_rot.md
+"Use it" 5) [R].
 
 Defence in depth: it evaluates each registered rule's forbidden predicate on a proposed call *before* execution
 and blocks it with a tool error naming the rule. Behaviour under the gate no longer depends on the model reading

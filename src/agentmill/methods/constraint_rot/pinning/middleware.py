@@ -1,4 +1,5 @@
-"""Constraint Pinning middleware (spec §2.7 steps 2–5): strip, re-insert, verify, sanitise, report.
+"""Constraint Pinning middleware (docs/methods/constraint_rot.md "Use it" 5): strip, re-insert, verify, sanitise,
+report.
 
 - ``after_compaction(messages)``: strip every card-shaped block, then insert one fresh card per registered rule at
   the configured placement.

@@ -1,4 +1,5 @@
-"""The operator's policy registry: the single source of truth for pinned rules (spec §2.7 step 1).
+"""The operator's policy registry: the single source of truth for pinned rules (docs/methods/constraint_rot.md "Use it"
+5).
 
 Cards are rendered from the registry, never from the transcript, so no summariser or tool output can alter them.
 ``freeze()`` makes the registry immutable for a run; the middleware freezes it when it is constructed.
@@ -34,7 +35,8 @@ def contains_delimiter(text: str) -> bool:
 
 @dataclass(frozen=True)
 class PinnedRule:
-    """One registered operator rule. ``digest`` is the full sha256 of §2.7; cards show ``short`` (8 hex)."""
+    """One registered operator rule. ``digest`` is the full sha256 of docs/methods/constraint_rot.md "Use it" 5; cards
+    show ``short`` (8 hex)."""
 
     rule_id: str
     text: str

@@ -1,4 +1,4 @@
-"""Per-step G2PO-style (reconstructed) advantages inside TRL's ``GRPOTrainer`` (spec agent-credit.md §6.6).
+"""Per-step G2PO-style (reconstructed) advantages inside TRL's ``GRPOTrainer`` [R].
 
 **Returning advantages as rewards does not work.** TRL builds its advantages in
 ``_generate_and_score_completions`` as reward minus the mean of the ``num_generations`` completions of the same

@@ -1,4 +1,4 @@
-"""Register the G2PO-style (reconstructed) and GiGPO estimators with verl's advantage-estimator registry (§6.6).
+"""Register the G2PO-style (reconstructed) and GiGPO estimators with verl's advantage-estimator registry.
 
 verl (``verl/trainer/ppo/core_algos.py``) keeps ``ADV_ESTIMATOR_REGISTRY`` filled by ``register_adv_est(name)``;
 the registered function must return ``(advantages, returns)`` of shape (bs, L). Here each batch row is **one step**
@@ -21,7 +21,7 @@ needs only what stock verl passes and equals verl's GRPO there.
 
 The estimator's own config (gamma, omega, norms) is fixed at registration; verl's ``config`` argument is ignored.
 The final observation o_T is not in a verl batch, so each trajectory's last step goes to its own absorbing node
-(value 0): last-step edges are never merged across trajectories (deviation from §2.4 step 2, documented).
+(value 0): last-step edges are never merged across trajectories (g2po README deviation 9).
 
 agentmill has no ``verl`` extra: verl 0.9.1 pins ``transformers>=5.5.3,<5.11`` (older than the transformers the hf
 extra is tested with) and brings ray[default], wandb, tensorboard and about fifty other packages, so an extra

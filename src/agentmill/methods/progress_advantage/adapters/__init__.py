@@ -1,4 +1,4 @@
-"""Progress-advantage metrics inside RL trainers (spec agent-credit.md §6.6 "Progress-advantage metrics").
+"""Progress-advantage metrics inside RL trainers [R].
 
 Both verl and TRL already compute the reference log-probs a KL-regularised trainer needs, so the progress
 advantage β·Σ_{action tokens}(log π_θ − log π_ref) is free there. :func:`token_progress_metrics` is the

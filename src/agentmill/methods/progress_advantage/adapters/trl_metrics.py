@@ -1,9 +1,10 @@
-"""Progress advantage from TRL's GRPO batch (spec §6.6). No TRL import at module level.
+"""Progress advantage from TRL's GRPO batch [R]. No TRL import at module level.
 
 ``GRPOTrainer._generate_and_score_completions`` returns a dict holding ``completion_mask`` and, when
 ``args.beta != 0``, ``ref_per_token_logps``; the policy's per-token log-probs are ``old_per_token_logps`` when TRL
 kept them (off-policy steps / importance sampling) or the ``per_token_logps`` computed in the loss. With
-``beta == 0`` (TRL's default) there is no reference model and the progress advantage is undefined (§4 TRL).
+``beta == 0`` (TRL's default) there is no reference model and the progress advantage is undefined (TRL's ``beta``
+defaults to 0.0).
 """
 
 from __future__ import annotations

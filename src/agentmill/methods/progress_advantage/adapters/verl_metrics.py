@@ -1,12 +1,12 @@
-"""Progress advantage as a free verl metric (spec §6.6). No verl import: the function reads a ``DataProto``-shaped
+"""Progress advantage as a free verl metric [R]. No verl import: the function reads a ``DataProto``-shaped
 object (``.batch`` mapping of tensors, ``.non_tensor_batch`` mapping of arrays).
 
 Use it after verl has computed ``ref_log_prob`` (any run with a reference model, i.e. a KL term)::
 
     metrics.update(step_progress_advantage(batch, beta=config.actor_rollout_ref.actor.kl_loss_coef))
 
-β should be the actor's KL coefficient. Caveat (§5 pitfall 10): verl's ``use_kl_loss`` puts the KL in the loss,
-whose fixed point is not the KL-regularised optimum of §2.7, so the score is a heuristic there, not A*.
+β should be the actor's KL coefficient. Caveat (README, Caveats): verl's ``use_kl_loss`` puts the KL in the loss,
+whose fixed point is not the KL-regularised optimum of the paper's identity, so the score is a heuristic there, not A*.
 """
 
 from __future__ import annotations

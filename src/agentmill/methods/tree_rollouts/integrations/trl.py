@@ -1,4 +1,4 @@
-"""Tree rollouts inside TRL's ``GRPOTrainer`` through its experimental ``rollout_func`` hook (E162 spec §6.5).
+"""Tree rollouts inside TRL's ``GRPOTrainer`` through its experimental ``rollout_func`` hook (E162, [R]).
 
 TRL (>= 0.26) calls ``rollout_func(prompts, trainer)`` with the per-process slice of the batch, in which its
 ``RepeatSampler`` places ``num_generations`` consecutive copies of each prompt. This adapter grows one tree per
@@ -10,7 +10,7 @@ run of identical prompts with exactly as many leaves as the run is long, and ret
 
 TRL then computes flat group advantages over the returned leaves; tree-aware token advantages cannot be injected
 without overriding private trainer methods (not done). In TRL mode (equal leaves G) the tree's benefit is fewer
-generated and forward tokens per group (pitfall 5).
+generated and forward tokens per group [R].
 
     from trl import GRPOConfig, GRPOTrainer
     from agentmill.methods.tree_rollouts.integrations.trl import make_trl_rollout_func, reward_from_tree

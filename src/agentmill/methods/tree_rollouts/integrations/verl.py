@@ -1,4 +1,4 @@
-"""A verl-style advantage estimator for tree rollouts (E162 spec §6.6). No verl import happens here.
+"""A verl-style advantage estimator for tree rollouts (E162, [R]). No verl import happens here.
 
 Register it yourself and select it in the config::
 

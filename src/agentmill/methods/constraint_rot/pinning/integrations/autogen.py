@@ -1,4 +1,4 @@
-"""Constraint Pinning for AutoGen 0.7 agents (spec §6.4), plus an agentmill actor as an AutoGen model client.
+"""Constraint Pinning for AutoGen 0.7 agents (docs/methods/constraint_rot.md "Use it" 5).
 
 AutoGen's ``AssistantAgent`` keeps its history in a ``ChatCompletionContext`` (``autogen_core.model_context``) and
 reads it once per model call with ``get_messages()``; the agent's ``system_message`` is prepended outside the
@@ -13,15 +13,14 @@ else — including a rule stated in an early turn — by position alone.
   ``after_compaction`` then ``before_model``). The cards are built at read time and never enter the inner buffer:
   ``add_message`` drops card messages, so no eviction or summary ever touches a card.
   ``clear``/``save_state``/``load_state`` delegate to the inner context.
-- :class:`ActorChatCompletionClient` implements ``autogen_core.models.ChatCompletionClient`` over any agentmill
-  :class:`~..actors.base.Actor` (a scripted ``RuleReader``, the organism, an endpoint actor): ``create`` converts
-  the AutoGen messages it receives to agentmill messages (:func:`from_autogen`), records them, asks the actor, and
-  returns a ``CreateResult`` holding ``FunctionCall``\\ s or text. Offline, deterministic, ``function_calling=True``.
+- ``ActorChatCompletionClient`` (an agentmill actor as an AutoGen model client) lives in
+  :mod:`agentmill.methods.constraint_rot.frameworks`, with the other framework drivers, so that pinning never
+  imports the actors (the package README, "Layering").
 
 Conversion is in one pair of helpers: :func:`from_autogen` (``SystemMessage``/``UserMessage``/``AssistantMessage``/
 ``FunctionExecutionResultMessage`` → :class:`Message`, one ``tool`` message per ``FunctionExecutionResult``) and
 :func:`to_autogen` (back; originals returned untouched where the text did not change). autogen is imported lazily:
-the two classes are built on first access of their names, and a missing extra raises ``MissingExtraError`` (an
+the class is built on first access of its name, and a missing extra raises ``MissingExtraError`` (an
 ``ImportError``) naming ``pip install 'agentmill[autogen]'``.
 """
 
@@ -34,9 +33,8 @@ from typing import Any, Literal
 
 from agentmill.core.types import Message, ToolCall
 from agentmill.lm.base import MissingExtraError
-from agentmill.methods.constraint_rot.actors.base import Action, visible
 from agentmill.methods.constraint_rot.compactors.base import SUMMARY_PREFIX
-from agentmill.methods.constraint_rot.messages import WhitespaceCounter, as_counter, count_tokens, origin
+from agentmill.methods.constraint_rot.messages import origin
 from agentmill.methods.constraint_rot.pinning.card import CARD_SHAPED
 from agentmill.methods.constraint_rot.pinning.middleware import PinningMiddleware, Placement
 from agentmill.methods.constraint_rot.pinning.registry import PolicyRegistry
@@ -191,9 +189,7 @@ def tool_specs(tools: Sequence[Any]) -> list[Any]:
 def _classes() -> dict[str, type]:
     """Define the AutoGen subclasses (needs autogen-core; built once, on first use)."""
     _require_autogen("the AutoGen integration")
-    from autogen_core import FunctionCall
     from autogen_core.model_context import ChatCompletionContext
-    from autogen_core.models import ChatCompletionClient, CreateResult, RequestUsage
 
     class PinnedChatCompletionContext(ChatCompletionContext):
         """Cards at read time over any ``ChatCompletionContext`` (see the module docstring). ``report`` is the
@@ -236,84 +232,15 @@ def _classes() -> dict[str, type]:
         async def load_state(self, state: Any) -> None:
             await self.inner.load_state(state)
 
-    class ActorChatCompletionClient(ChatCompletionClient):
-        """An agentmill actor as an AutoGen model client (see the module docstring). ``received`` holds every
-        message list ``create`` was given, as agentmill messages (labels from :func:`from_autogen` kept, so cards
-        and summaries are recognisable); ``actions`` the actor's answers; ``counter`` counts usage tokens."""
-
-        def __init__(self, actor: Any, *, counter: Any = None,
-                     summary_prefixes: Sequence[str] = (SUMMARY_PREFIX,)):
-            if not callable(getattr(actor, "act", None)):
-                raise ValueError(f"ActorChatCompletionClient.actor must have act(messages, tools), "
-                                 f"got {type(actor).__name__}")
-            self.actor = actor
-            self.counter = as_counter(counter if counter is not None else WhitespaceCounter())
-            self.summary_prefixes = tuple(summary_prefixes)
-            self.received: list[list[Message]] = []
-            self.actions: list[Action] = []
-            self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
-            self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
-
-        async def create(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), tool_choice: Any = "auto",
-                         json_output: Any = None, extra_create_args: Any = None,
-                         cancellation_token: Any = None) -> Any:
-            seen = from_autogen(messages, summary_prefixes=self.summary_prefixes)
-            self.received.append(seen)
-            action = self.actor.act(visible(seen), tool_specs(tools))
-            self.actions.append(action)
-            prompt = count_tokens(seen, self.counter)
-            if action.tool_calls:
-                content: Any = [FunctionCall(id=c.id, arguments=json.dumps(c.arguments), name=c.name)
-                                for c in action.tool_calls]
-                finish, completion = "function_calls", sum(self.counter.count(c.arguments) for c in content)
-            else:
-                content = action.text if action.text is not None else (action.raw or "")
-                finish = "unknown" if action.invalid else "stop"
-                completion = self.counter.count(content)
-            self._last = RequestUsage(prompt_tokens=prompt, completion_tokens=completion)
-            self._total = RequestUsage(prompt_tokens=self._total.prompt_tokens + prompt,
-                                       completion_tokens=self._total.completion_tokens + completion)
-            return CreateResult(finish_reason=finish, content=content, usage=self._last, cached=False)
-
-        async def create_stream(self, messages: Sequence[Any], *, tools: Sequence[Any] = (),
-                                tool_choice: Any = "auto", json_output: Any = None, extra_create_args: Any = None,
-                                cancellation_token: Any = None) -> Any:
-            yield await self.create(messages, tools=tools)
-
-        async def close(self) -> None:
-            return None
-
-        def actual_usage(self) -> Any:
-            return self._last
-
-        def total_usage(self) -> Any:
-            return self._total
-
-        def count_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
-            return count_tokens(from_autogen(messages), self.counter)
-
-        def remaining_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
-            return 10**9  # an actor has no window of its own; the model context decides what it sees
-
-        @property
-        def capabilities(self) -> Any:
-            return {k: MODEL_INFO[k] for k in ("vision", "function_calling", "json_output")}
-
-        @property
-        def model_info(self) -> Any:
-            return dict(MODEL_INFO)
-
-    for cls in (PinnedChatCompletionContext, ActorChatCompletionClient):
-        cls.__module__ = __name__
-    return {"PinnedChatCompletionContext": PinnedChatCompletionContext,
-            "ActorChatCompletionClient": ActorChatCompletionClient}
+    PinnedChatCompletionContext.__module__ = __name__
+    return {"PinnedChatCompletionContext": PinnedChatCompletionContext}
 
 
-def __getattr__(name: str) -> Any:  # PEP 562: the classes exist once autogen-core is importable
-    if name in ("PinnedChatCompletionContext", "ActorChatCompletionClient"):
+def __getattr__(name: str) -> Any:  # PEP 562: the class exists once autogen-core is importable
+    if name == "PinnedChatCompletionContext":
         return _classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CARD_SOURCE", "ActorChatCompletionClient", "PinnedChatCompletionContext", "from_autogen",
-           "is_card_message", "to_autogen", "tool_specs"]
+__all__ = ["CARD_SOURCE", "MODEL_INFO", "PinnedChatCompletionContext", "from_autogen", "is_card_message",
+           "to_autogen", "tool_specs"]

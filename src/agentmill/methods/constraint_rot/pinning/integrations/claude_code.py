@@ -1,4 +1,5 @@
-"""Constraint Pinning for Claude Code (and Codex CLI compact hooks): the ``SessionStart`` hook output (spec §6.4).
+"""Constraint Pinning for Claude Code (and Codex CLI compact hooks): the ``SessionStart`` hook output
+(docs/methods/constraint_rot.md "Use it" 5).
 
 Claude Code runs ``SessionStart`` hooks when a session starts, resumes, is cleared, or — matcher ``compact`` —
 right after an (auto-)compaction. A command hook that prints JSON of the shape

@@ -1,4 +1,5 @@
-"""Constraint Pinning for LangChain 1.x agents and LangGraph prebuilt agents (spec §6.4).
+"""Constraint Pinning for LangChain 1.x agents and LangGraph prebuilt agents (docs/methods/constraint_rot.md "Use it"
+5).
 
 - :class:`ConstraintPinningMiddleware` — an ``AgentMiddleware`` for ``langchain.agents.create_agent``.
   ``mode="ephemeral"`` (default) pins at request time in ``wrap_model_call``/``awrap_model_call``: card-shaped
@@ -11,7 +12,7 @@
   set (as after a summary replaced it); list it *after* ``SummarizationMiddleware``.
   Both modes sanitise tool outputs for forged cards in ``wrap_tool_call`` (``sanitize_untrusted=True``).
 - :class:`PolicyGateMiddleware` — blocks governed tool calls in ``wrap_tool_call`` with an error ``ToolMessage``
-  naming the rule (the optional defence-in-depth arm, §2.7 step 6).
+  naming the rule (the optional defence-in-depth arm, docs/methods/constraint_rot.md "Use it" 5).
 - :func:`pinned_pre_model_hook` — a LangGraph ``pre_model_hook`` that runs an inner hook (LangMem
   ``SummarizationNode``, ``trim_messages``...) and pins the cards into ``llm_input_messages``.
 

@@ -1,4 +1,4 @@
-"""Constraint Pinning for the OpenAI Agents SDK (0.24): session wrappers (spec §6.4).
+"""Constraint Pinning for the OpenAI Agents SDK (0.24): session wrappers (docs/methods/constraint_rot.md "Use it" 5).
 
 The SDK's ``Runner`` reads a session's history once per run (``get_items``), sends it with the new input, and
 writes the new turn back (``add_items``). Both wrappers implement the SDK's structural ``Session`` protocol

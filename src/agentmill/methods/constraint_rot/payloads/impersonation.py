@@ -1,5 +1,5 @@
-"""Attacks on the actor rather than the summariser (spec §2.8): the A8 operator-impersonation message for the
-un-compacted tail, and the A7 forged card planted into a tool output.
+"""Attacks on the actor rather than the summariser (docs/methods/constraint_rot.md "What it does"): the A8
+operator-impersonation message for the un-compacted tail, and the A7 forged card planted into a tool output.
 
 A8 is the paper's stated residual failure of pinning [S]: a forged "operator update" that sits in recent context
 is never compacted, so re-injecting the card does not remove it, and an actor that follows the latest instruction
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmill.core.types import Message
-from agentmill.methods.constraint_rot.attacks.templates import Slots, plant, render
+from agentmill.methods.constraint_rot.payloads.templates import Slots, plant, render
 
 IMPERSONATION_DEFAULTS = Slots(authority="operator", names_topic=True)
 """A8 defaults: signed by the operator and naming the rule (an actor has to know which rule "changed")."""
@@ -43,7 +43,8 @@ def impersonation_message(rule: Any, slots: Slots | Mapping[str, Any] | None = N
 def insert_impersonation(messages: Sequence[Message], rule: Any, slots: Slots | Mapping[str, Any] | None = None,
                          *, before_last: int = 0) -> list[Message]:
     """A copy of ``messages`` with the A8 message inserted ``before_last`` messages from the end (0 = appended;
-    the generator appends it right before the trigger; spec §2.2 step 8: last 1–2 messages before the trigger)."""
+    the generator appends it right before the trigger; docs/methods/constraint_rot.md "Use it" 2: last 1–2 messages
+    before the trigger)."""
     if isinstance(before_last, bool) or not isinstance(before_last, int) or not 0 <= before_last <= len(messages):
         raise ValueError(f"insert_impersonation: before_last must be in 0..{len(messages)}, got {before_last!r}")
     at = len(messages) - before_last

@@ -1,11 +1,12 @@
-"""The model organism as an actor (spec §2.10): SmolLM2 + the trained LoRA, merged, decoding one action line.
+"""The model organism as an actor (docs/methods/constraint_rot.md "Deviations from the paper" 5): SmolLM2 + the trained
+LoRA, merged, decoding one action line.
 
-Loading checks the adapter against the base before anything else (spec §9): the card's GGUF sha256 must equal the
-loaded base's (the adapter only fits those dequantised weights) and the adapter's peft config must be the card's
-LoRA; a mismatch is a :class:`OrganismMismatch` naming both values. The adapter is then merged into the weights
+Loading checks the adapter against the base before anything else (the package README, "Faults"): the card's GGUF sha256
+must equal the loaded base's (the adapter only fits those dequantised weights) and the adapter's peft config must be the
+card's LoRA; a mismatch is a :class:`OrganismMismatch` naming both values. The adapter is then merged into the weights
 (``merge_and_unload``), so decisions cost what the base model costs (PF-4).
 
-Prompts are rendered exactly as in training and as the server renders them (:func:`..organism.train.prompt_ids`).
+Prompts are rendered exactly as in training and as the server renders them (:func:`.train.prompt_ids`).
 Decoding modes: ``generate`` (greedy, one line, parsed with :func:`agentmill.lm.chat_tools.parse_tool_call`;
 used for every claim) and ``choice`` (diagnostic: the highest total log-prob among the candidate lines built from
 the episode brief — requested call, compliant alternative, refusal). Output that parses to no call of a declared
@@ -59,9 +60,9 @@ def _tool_dicts(tools: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 class OrganismActor:
-    """An :class:`~.base.Actor` backed by the merged organism (see the module docstring).
+    """An :class:`~..actors.base.Actor` backed by the merged organism (see the module docstring).
 
-    ``base``: a loader returning a fresh :class:`..organism.train.Base` (default :func:`load_base`, SmolLM2 from
+    ``base``: a loader returning a fresh :class:`.train.Base` (default :func:`load_base`, SmolLM2 from
     its GGUF; tests inject a tiny model). ``batch_size`` rows are decoded together by :meth:`act_many`."""
 
     def __init__(self, adapter_dir: str | Path, *, decode: Literal["generate", "choice"] = "generate",
