@@ -34,9 +34,12 @@ class Setup:
     """``shipped``, ``standin`` (smoke) or a path."""
     lm_rerecord: int = 0
     """Queries per template re-recorded live with SmolLM2 (full: 2 → 120 queries; 0 = skip)."""
+    rerecord_model: str = ""
+    """The LM worker re-recorded live (full: ``hf:smollm2``, the table's LM worker); named here so the report's model
+    column says which model a full run loaded."""
 
 
-SETUPS = {"smoke": Setup(table="standin"), "quick": Setup(), "full": Setup(lm_rerecord=2)}
+SETUPS = {"smoke": Setup(table="standin"), "quick": Setup(), "full": Setup(lm_rerecord=2, rerecord_model=LM_WORKER)}
 
 EXACT = "deterministic comparisons over all cells of the fixed table (no sampling)"
 CLAIMS = (
@@ -117,15 +120,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
            "solver_agreement": Estimate(same / max(total, 1), float("nan"), float("nan"), n=total, method="exact"),
            "guards_ok": Estimate(float(all(guards.values())), float("nan"), float("nan"), n=2, method="exact")}
     ctx.data.update({"stale_keys": n_stale, "workers": workers, "solver_agreement": per_solver, "guards": guards, "cells": len(tab)})
-    if s.lm_rerecord > 0 and LM_WORKER in workers:
+    if s.lm_rerecord > 0 and s.rerecord_model in workers:
         from agentmill.methods.router.workers import LMWorker
-        lmw = LMWorker(LM_WORKER, ctx.load_lm(LM_WORKER))
-        tab.check_fingerprint(LM_WORKER, lmw.fingerprint)
+        lmw = LMWorker(s.rerecord_model, ctx.load_lm(s.rerecord_model))
+        tab.check_fingerprint(s.rerecord_model, lmw.fingerprint)
         sub = [q for q in tasks.queries if int(q.qid.rsplit("-", 1)[1]) < s.lm_rerecord]
         res = lmw.answer_many([q.text for q in sub])
-        agree = [r.answer == tab.answer(q.qid, LM_WORKER) for q, r in zip(sub, res)]
+        agree = [r.answer == tab.answer(q.qid, s.rerecord_model) for q, r in zip(sub, res)]
         out["lm_agreement"] = proportion_estimate(int(sum(agree)), len(agree))
-        ctx.data["lm_disagreements"] = [(q.qid, tab.answer(q.qid, LM_WORKER), r.answer)
+        ctx.data["lm_disagreements"] = [(q.qid, tab.answer(q.qid, s.rerecord_model), r.answer)
                                         for q, r, a in zip(sub, res, agree) if not a][:20]
     else:
         withhold(ctx.data, ["lm_agreement"], "the live SmolLM2 re-record (120 queries, ~3 min) runs at full")
