@@ -7,13 +7,9 @@ oracle greedy), budget allocation across prompts (:mod:`.allocate`), flat and tr
 (:mod:`.synthetic`), and TRL/verl adapters (:mod:`.integrations`, imported on demand).
 """
 
-from agentmill.methods.tree_rollouts.advantages import (AdmissionReport, group_admission, grpo_advantages,
-                                                        node_advantages, tree_token_advantages)
-from agentmill.methods.tree_rollouts.allocate import EmptyLakeDetector, build_forest
+from agentmill.methods.tree_rollouts.advantages import group_admission, grpo_advantages, tree_token_advantages
+from agentmill.methods.tree_rollouts.allocate import build_forest
 from agentmill.methods.tree_rollouts.collapse import (
-    ZERO_STD_TOL,
-    GroupStats,
-    PoolFit,
     collapse_probability,
     collapse_unbiased,
     expected_pool_collapse,
@@ -28,21 +24,19 @@ from agentmill.methods.tree_rollouts.collapse import (
 )
 from agentmill.methods.tree_rollouts.config import AllocatorConfig, TreeConfig, UUCBConfig
 from agentmill.methods.tree_rollouts.monitor import CollapseMonitor
-from agentmill.methods.tree_rollouts.objective import (Instance, brute_force_opt, check_submodular, greedy,
-                                                       marginal_gain, objective)
-from agentmill.methods.tree_rollouts.sampler import RolloutLog, TreeGrower, build_tree, sample_independent, tree_metrics
-from agentmill.methods.tree_rollouts.selectors import SELECTORS, make_selector
+from agentmill.methods.tree_rollouts.sampler import TreeGrower, build_tree, tree_metrics
+from agentmill.methods.tree_rollouts.selectors import make_selector
 from agentmill.methods.tree_rollouts.synthetic import SyntheticChainLM, make_pool
-from agentmill.methods.tree_rollouts.tree import (Reward, RolloutTree, every_k, step_boundary, top_entropy,
-                                                  union)
+from agentmill.methods.tree_rollouts.tree import Reward, RolloutTree, every_k
 
+# The public face: what a user needs to measure collapse, grow trees and compute advantages. Everything else
+# (result types, the submodular objective and its checks, other boundary rules, the empty-lake detector, …) is
+# imported from its submodule, e.g. ``from agentmill.methods.tree_rollouts.objective import greedy``.
 __all__ = [
-    "ZERO_STD_TOL", "GroupStats", "PoolFit", "collapse_probability", "collapse_unbiased", "expected_pool_collapse",
-    "fit_pool_mixture", "group_stats", "min_group_size", "mixed_probability", "pool_collapse_curve",
-    "predict_collapse", "simulate_collapse", "simulate_groups",
-    "AdmissionReport", "group_admission", "grpo_advantages", "node_advantages", "tree_token_advantages",
-    "CollapseMonitor", "EmptyLakeDetector", "build_forest", "AllocatorConfig", "TreeConfig", "UUCBConfig",
-    "Instance", "brute_force_opt", "check_submodular", "greedy", "marginal_gain", "objective",
-    "RolloutLog", "TreeGrower", "build_tree", "sample_independent", "tree_metrics", "SELECTORS", "make_selector",
-    "SyntheticChainLM", "make_pool", "Reward", "RolloutTree", "every_k", "step_boundary", "top_entropy", "union",
+    "collapse_probability", "collapse_unbiased", "expected_pool_collapse", "fit_pool_mixture", "group_stats",
+    "min_group_size", "mixed_probability", "pool_collapse_curve", "predict_collapse", "simulate_collapse",
+    "simulate_groups", "CollapseMonitor",
+    "TreeConfig", "UUCBConfig", "AllocatorConfig", "RolloutTree", "TreeGrower", "build_tree", "build_forest",
+    "tree_metrics", "make_selector", "Reward", "every_k",
+    "grpo_advantages", "tree_token_advantages", "group_admission", "SyntheticChainLM", "make_pool",
 ]
