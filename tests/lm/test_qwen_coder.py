@@ -4,6 +4,7 @@ assembled file is the official release (size and sha256), loaded offline like th
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -104,3 +105,32 @@ def test_the_engine_decodes_it_exactly_as_transformers(qwen) -> None:
             want.append(tok)
             x = torch.tensor([[tok]])
     assert list(got) == want
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_served_on_the_engine_it_answers_and_calls_a_tool(qwen) -> None:
+    """What `agentmill serve --model hf:qwen-coder-0.5b` runs: the engine over Qwen behind the OpenAI app. Given a
+    tools list it returns a well-formed ``tool_calls`` entry (SmolLM2-135M emits none without a demo; issue 22)."""
+    openai = pytest.importorskip("openai")
+    from agentmill.lm.engine import EngineConfig, LlamaEngine
+    from agentmill.methods.dspark.spec_engine import SpecEngine
+    from agentmill.serve import BatchingLoop, create_app
+    from tests.helpers.openai_app import serve
+
+    eng = LlamaEngine.from_hf_model(qwen.model, EngineConfig(threads=1, max_model_len=1024), tokenizer=qwen.tokenizer)
+    loop = BatchingLoop(SpecEngine(eng, max_num_seqs=2)).start()
+    try:
+        with serve(create_app(loop, served_model_name="qwen-coder-0.5b")) as url:
+            client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+            tool = {"type": "function", "function": {
+                "name": "get_weather", "description": "Current weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+            r = client.chat.completions.create(
+                model="qwen-coder-0.5b", messages=[{"role": "user", "content": "What is the weather in Paris now?"}],
+                tools=[tool], max_tokens=48, temperature=0)
+            call = r.choices[0].message.tool_calls[0]
+            assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+            assert json.loads(call.function.arguments) == {"city": "Paris"}
+    finally:
+        loop.stop()
