@@ -1,36 +1,11 @@
-"""``agentmill constraint-rot``: the ConstraintRot benchmark (E164, arXiv:2606.22528).
-
-    agentmill constraint-rot catalogue validate [--path DIR]     every family's self-checks; version + sha256
-    agentmill constraint-rot catalogue list [--path DIR] [--kind soft|hard] [--split SPLIT]
-    agentmill constraint-rot catalogue split [--path DIR]        families per split and kind
-    agentmill constraint-rot pin-hook --registry rules.yaml      Claude Code SessionStart hook JSON with the cards
-    agentmill constraint-rot generate --split test_iid --n 96 --seed 0 [--kinds soft,hard] [--locations ...]
-        [--attack none|fixed|template:A1|filler|forged_card] [--channel http_page] [--position end] --out FILE
-    agentmill constraint-rot run --episodes FILE --actor scripted:rule-reader[:semantic] --compactor window
-        [--compactor extractive:ratio=0.25 ...] [--pin none|card[:placement=P] ...] [--gate]
-        --conditions full,never,compacted,pinned --out results.jsonl [--resume]
-    agentmill constraint-rot run ... --actor organism:DIR [--dtype bf16]    the LoRA organism (merged) as the agent
-    agentmill constraint-rot run ... --actor endpoint:URL#MODEL [--tool-format auto] [--api-key-env VAR]
-    agentmill constraint-rot run ... --compactor summary:style=handoff,lm=hf:smollm2,ratio=0.25 [--summary-cache DIR]
-    agentmill constraint-rot run ... --actor organism:DIR --allow-unvalidated     (else exit 3 for an unvalidated card)
-    agentmill constraint-rot cross --summarisers window summary:style=handoff,lm=SPEC ... --actors A1 A2 ...
-        --episodes FILE --out cross.jsonl [--B 1000]        V[s][a], survival per row, η²_S and η²_A
-    agentmill constraint-rot attack optimise --target summary:style=goal_extract,lm=SPEC --dev FILE
-        --out attack.json [--population 8] [--generations 2]   the frozen optimised attack
-    agentmill constraint-rot report results.jsonl [more.jsonl ...] --out report.md [--prereg FILE] [--B 2000]
-    agentmill constraint-rot organism train --profile quick|full [--instinct] [--dtype fp32|bf16] [--n-train N]
-                                            [--lr X] [--history-weight W] [--no-paired] [--fresh-values]
-                                            (recipe v3 defaults; v2 = --no-paired; v1 = 3e-4, 0, --no-paired;
-                                            v4 = --fresh-values)
-        [--out ROOT]                      trains once per content address (the experiments' recipe), else reuses
-    agentmill constraint-rot organism validate DIR [--n-per-cell 150] [--split train] [--swap-phrasing]
-                                      G1-G6 table; report into the card (train: a diagnostic beside it;
-                                      --swap-phrasing: re-run `present` with the other split's sentences)
+"""``agentmill constraint-rot``: the ConstraintRot benchmark (E164, arXiv:2606.22528) — catalogue, episodes, runs,
+the summariser × actor crossing, the eviction-attack optimiser, the LoRA organism and reports.
 
 A thin face over ``agentmill.methods.constraint_rot``: flags are turned into objects by its ``specs`` module, run
-files (episodes, manifest, resume checks) are handled by ``runs``, and the printed tables come from ``analysis``.
-What each command writes, when it refuses (exit 2 for bad input, 3 for an unmet precondition) and how LLM summaries
-and organisms are cached and gated: docs/methods/constraint_rot.md, "Experiments and commands".
+files (episodes, manifest, resume checks) are handled by ``runs``, the long jobs by ``sessions``, and the printed
+tables come from ``analysis``. ``agentmill constraint-rot SUBCOMMAND -h`` lists every flag. What each command writes,
+when it refuses (exit 2 for bad input, 3 for an unmet precondition) and how LLM summaries and organisms are cached
+and gated: docs/methods/constraint_rot.md, "Experiments and commands".
 """
 
 from __future__ import annotations
@@ -43,6 +18,7 @@ from typing import Any
 
 SPLITS = ("train", "dev", "test_iid", "test_ood_family")
 COUNTERS = ("smollm2", "whitespace")
+"""``--counter`` choices (``specs.COUNTERS``; repeated so that building the parser imports no method code)."""
 EXIT_BAD_INPUT, EXIT_PRECONDITION, EXIT_CLAIM_FAILED = 2, 3, 4
 
 
@@ -87,20 +63,10 @@ def _csv(value: str, flag: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return items
 
 
-def _counter(name: str) -> Any:
-    from agentmill.methods.constraint_rot.messages import WhitespaceCounter, as_counter
-
-    if name == "whitespace":
-        return WhitespaceCounter()
-    if name == "smollm2":
-        return as_counter(None)
-    raise ValueError(f"unknown token counter {name!r} (counters: {', '.join(COUNTERS)})")
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     from agentmill.core.records import write_text_atomic
     from agentmill.methods.constraint_rot.generate import LOCATIONS, generate_episodes
-    from agentmill.methods.constraint_rot.specs import parse_attack
+    from agentmill.methods.constraint_rot.specs import parse_attack, token_counter
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -110,7 +76,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cat = _catalogue(args.path)
     kw: dict[str, Any] = {"locations": locations} if locations else {}
     eps = generate_episodes(cat, split=args.split, n=args.n, seed=args.seed, kinds=kinds, attack=attack,
-                            early_probe=args.early_probe, counter=_counter(args.counter), **kw)
+                            early_probe=args.early_probe, counter=token_counter(args.counter), **kw)
     write_text_atomic(Path(args.out), "".join(e.to_json() + "\n" for e in eps))
     print(json.dumps({"out": args.out, "episodes": len(eps), "split": args.split, "seed": args.seed,
                       "catalogue_version": cat.version, "catalogue_sha": cat.sha256,
@@ -119,12 +85,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 # -- run ------------------------------------------------------------------------------------------------------------
-def episode_counter(episodes: list[Any]) -> tuple[str, Any]:
-    """(name, counter) the episodes were generated with (``generate --counter``), so budgets and lengths agree."""
-    name = episodes[0].generator_config.get("counter", "smollm2")
-    return name, _counter(name if name in COUNTERS else "smollm2")
-
-
 def _progress() -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -133,16 +93,26 @@ def _progress() -> Any:
                     console=Console(stderr=True))  # stdout stays machine-readable JSON
 
 
+def _bar(title: str) -> Any:
+    """A ``progress(total)`` for ``sessions``: a rich bar on stderr whose ``tick(description)`` advances it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def progress(total: int) -> Any:
+        with _progress() as bar:
+            task = bar.add_task(title, total=total)
+            yield lambda description: bar.update(task, advance=1, description=description)
+    return progress
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentmill.envs.office import OfficeSandbox
-    from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter, result_key
-    from agentmill.methods.constraint_rot.metrics import load_rows
     from agentmill.methods.constraint_rot.prereg import load_prereg
-    from agentmill.methods.constraint_rot.runs import (actor_config, check_resume, cpu_info, load_episodes,
-                                                       manifest_path, package_versions, sha256_file, write_manifest)
+    from agentmill.methods.constraint_rot.runs import (actor_config, check_resume, load_episodes, manifest_path,
+                                                       write_manifest)
+    from agentmill.methods.constraint_rot.sessions import compactor_entries, provenance, run_conditions
     from agentmill.methods.constraint_rot.specs import (SummariserLM, build_conditions, check_backend,
-                                                        open_summariser_lms, organism_refusal, parse_actor,
-                                                        parse_compactor, parse_pin, stamp_summary, summary_cache_dir)
+                                                        episode_counter, open_summariser_lms, organism_refusal,
+                                                        parse_actor, parse_compactor, parse_pin, summary_cache_dir)
 
     check_backend(args.backend)
     build_actor = parse_actor(args.actor, args.seed, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
@@ -172,42 +142,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     cache = open_summariser_lms(lms, cache_dir)
     if cache is not None:
         compactors, conds = build(cache)
-    run = {"argv": sys.argv[1:], "versions": package_versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
-           "episodes_sha256": sha256_file(Path(args.episodes)), "n_episodes": len(episodes),
-           "episode_seeds": sorted({e.seed for e in episodes}), "generator_seeds":
-           sorted({e.generator_config.get("seed") for e in episodes}, key=str), "seed": args.seed,
+    run = {**provenance(Path(args.episodes), episodes, args.seed), "episode_seeds": sorted({e.seed for e in episodes}),
+           "generator_seeds": sorted({e.generator_config.get("seed") for e in episodes}, key=str),
            "actor": getattr(actor, "name", args.actor), "actor_config": actor_config(actor),
-           "compactors": [{"name": m.name, "label": getattr(m, "label", m.name), "config_hash": m.config_hash,
-                           "repr": repr(m)} for m in compactors],
-           "pins": pins, "gate": args.gate, "conditions": [c.label for c in conds], "counter": counter_name,
-           "resume": bool(args.resume), "allow_unvalidated": bool(args.allow_unvalidated), "backend": args.backend,
-           "summariser_lms": sorted(lms), "summary_cache": str(cache.root) if cache is not None else None}
+           "compactors": compactor_entries(compactors), "pins": pins, "gate": args.gate,
+           "conditions": [c.label for c in conds], "counter": counter_name, "resume": bool(args.resume),
+           "allow_unvalidated": bool(args.allow_unvalidated), "backend": args.backend, "summariser_lms": sorted(lms),
+           "summary_cache": str(cache.root) if cache is not None else None}
     write_manifest(out, old, run, cat, prereg)
     card = getattr(actor, "card", None)
     if card is not None and not card.validated:
         print(f"warning: organism {args.actor} is not validated (gates G1-G6 failed or never run: `agentmill "
               f"constraint-rot organism validate`); claims judged on these rows need a validated organism",
               file=sys.stderr)
-    with OfficeSandbox(0) as sb:  # the real loopback SMTP and HTTP servers, as in the spec
-        loop = AgentLoop(actor, sb, counter=counter)
-        done = ({result_key(r) for r in load_rows(out) if not r.get("error")}
-                if args.resume and out.is_file() else set())
-        todo = [(ep, c) for ep in episodes for c in conds if loop.resume_key(ep, c) not in done]
-        writer, counts = ResultWriter(out), {"rows": 0, "violations": 0, "errors": 0, "summary_failed": 0}
-        with _progress() as progress:
-            task = progress.add_task("constraint-rot run", total=len(todo))
-            for ep, cond in todo:
-                res = loop.run(ep, cond)
-                row = stamp_summary(res.row, cond.compactor, res.compactions)
-                writer.append(row)
-                counts["rows"] += 1
-                counts["violations"] += bool(row.get("violation"))
-                counts["errors"] += bool(row.get("error"))
-                counts["summary_failed"] += bool(row.get("summary_failed"))
-                progress.update(task, advance=1, description=f"{cond.label} {ep.episode_id}")
+    counts = run_conditions(actor, episodes, conds, out, counter=counter, resume=bool(args.resume),
+                            progress=_bar("constraint-rot run"))
     summaries = {"summary_cache": {**cache.stats(), "root": str(cache.root)}} if cache is not None else {}
-    print(json.dumps({"out": str(out), "manifest": str(manifest_path(out)), "planned": len(episodes) * len(conds),
-                      "skipped": len(episodes) * len(conds) - len(todo), **counts, **summaries}, indent=2))
+    print(json.dumps({"out": str(out), "manifest": str(manifest_path(out)), **counts, **summaries}, indent=2))
     return 0
 
 
@@ -224,16 +175,13 @@ def _flat(groups: list[list[str]] | None, flag: str) -> list[str]:
 
 def cmd_cross(args: argparse.Namespace) -> int:
     from agentmill.core.records import write_json_atomic
-    from agentmill.envs.office import OfficeSandbox
-    from agentmill.methods.constraint_rot import conditions as C
-    from agentmill.methods.constraint_rot.loop import AgentLoop, ResultWriter
-    from agentmill.methods.constraint_rot.prereg import load_prereg
     from agentmill.methods.constraint_rot.analysis import crossing_matrix, matrix_lines
-    from agentmill.methods.constraint_rot.runs import (actor_config, cpu_info, load_episodes, manifest_path,
-                                                       matrix_path, package_versions, sha256_file, write_manifest)
-    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, open_summariser_lms,
-                                                        organism_refusal, parse_actor, parse_compactor, stamp_summary,
-                                                        summary_cache_dir)
+    from agentmill.methods.constraint_rot.prereg import load_prereg
+    from agentmill.methods.constraint_rot.runs import load_episodes, manifest_path, matrix_path, write_manifest
+    from agentmill.methods.constraint_rot.sessions import actor_entries, provenance, run_crossing
+    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, episode_counter,
+                                                        open_summariser_lms, organism_refusal, parse_actor,
+                                                        parse_compactor, summary_cache_dir)
 
     check_backend(args.backend)
     s_texts = _flat(args.summarisers, "--summarisers")
@@ -267,32 +215,16 @@ def cmd_cross(args: argparse.Namespace) -> int:
     cache = open_summariser_lms(lms, cache_dir)
     if cache is not None:
         compactors = build(cache)
-    run = {"argv": sys.argv[1:], "versions": package_versions(), "cpu": cpu_info(), "episodes": str(args.episodes),
-           "episodes_sha256": sha256_file(Path(args.episodes)), "n_episodes": len(episodes), "seed": args.seed,
+    run = {**provenance(Path(args.episodes), episodes, args.seed),
            "summarisers": [{"label": s, "name": m.name, "config_hash": m.config_hash} for s, m in compactors.items()],
-           "actors": [{"label": a, "name": getattr(x, "name", a), "config": actor_config(x)}
-                      for a, x in actors.items()],
-           "counter": counter_name, "allow_unvalidated": bool(args.allow_unvalidated), "backend": args.backend,
-           "summariser_lms": sorted(lms), "summary_cache": str(cache.root) if cache is not None else None}
+           "actors": actor_entries(actors), "counter": counter_name, "allow_unvalidated": bool(args.allow_unvalidated),
+           "backend": args.backend, "summariser_lms": sorted(lms),
+           "summary_cache": str(cache.root) if cache is not None else None}
     write_manifest(out, None, run, cat, prereg)
     if any(e.early_probe for e in episodes):
         print("warning: episodes with an early probe: its answer differs per actor, so the compactors do not see "
               "identical inputs (generate with --early-probe 0)", file=sys.stderr)
-    rows: list[dict[str, Any]] = []
-    seen: dict[tuple[str, str], set[Any]] = {}
-    writer = ResultWriter(out)
-    with OfficeSandbox(0) as sb, _progress() as progress:
-        task = progress.add_task("constraint-rot cross", total=len(actors) * len(compactors) * len(episodes))
-        for a, actor in actors.items():
-            loop = AgentLoop(actor, sb, counter=counter)
-            for s, m in compactors.items():  # one summary per (episode, summariser): later actors hit the cache
-                for ep in episodes:
-                    res = loop.run(ep, C.compacted(m))
-                    row = {**stamp_summary(res.row, m, res.compactions), "summariser": s, "actor_spec": a}
-                    writer.append(row)
-                    rows.append(row)
-                    seen.setdefault((ep.episode_id, s), set()).add(row.get("model_input_sha"))
-                    progress.update(task, advance=1, description=f"{a} x {s}")
+    rows, seen = run_crossing(actors, compactors, episodes, out, counter=counter, progress=_bar("constraint-rot cross"))
     matrix = crossing_matrix(rows, s_texts, a_texts, B=args.B, seed=args.seed)
     calls = sum(getattr(m, "calls", 0) for m in compactors.values())
     matrix.update(summarisers=s_texts, actors=a_texts, n_episodes=len(episodes), rows=len(rows),
@@ -307,21 +239,12 @@ def cmd_cross(args: argparse.Namespace) -> int:
 
 
 # -- attack optimise -------------------------------------------------------------------------------------------------
-def dev_cases(episodes: list[Any], counter: Any, keep_last: int) -> tuple[list[Any], int]:
-    """The optimiser's dev cases: each episode run (``AlwaysComply``, no compaction) to its compaction point; the
-    payload goes into the last distractor tool output outside the kept tail. (cases, episodes without one)."""
-    from agentmill.envs.office import OfficeSandbox
-    from agentmill.methods.constraint_rot.attacks.cases import attack_cases, compaction_points
-
-    with OfficeSandbox(0) as sb:
-        return attack_cases(compaction_points(sb, episodes, counter, keep_last), keep_last)
-
-
 def cmd_attack_optimise(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.attacks import TEMPLATES, optimise_attack
     from agentmill.methods.constraint_rot.runs import load_episodes
-    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, open_summariser_lms,
-                                                        parse_compactor, summary_cache_dir)
+    from agentmill.methods.constraint_rot.sessions import attack_summary, dev_cases
+    from agentmill.methods.constraint_rot.specs import (SummariserLM, check_backend, episode_counter,
+                                                        open_summariser_lms, parse_compactor, summary_cache_dir)
 
     check_backend(args.backend)
     for flag, v, lo in (("--population", args.population, 2), ("--generations", args.generations, 0),
@@ -358,13 +281,8 @@ def cmd_attack_optimise(args: argparse.Namespace) -> int:
         result = optimise_attack(target, cases, population=args.population, generations=args.generations,
                                  seed=args.seed, templates=templates, counter=counter)
     result.save(out)
-    print(json.dumps({"out": str(out), "target": args.target, "template_id": result.template_id,
-                      "slots": result.slots, "drop_rate": result.drop_rate,
-                      "filler_drop_rate": result.filler_drop_rate, "clean_drop_rate": result.clean_drop_rate,
-                      "fitness": result.fitness, "random_best_fitness": result.random_best_fitness,
-                      "payload_tokens": result.payload_tokens, "evaluations": result.evaluations,
-                      "n_dev": result.n_dev, "skipped_episodes": skipped,
-                      "summariser_calls": getattr(target, "calls", 0), "content_hash": result.content_hash,
+    print(json.dumps({"out": str(out), "target": args.target, **attack_summary(result), "skipped_episodes": skipped,
+                      "summariser_calls": getattr(target, "calls", 0),
                       "summary_cache": cache.stats() if cache is not None else None}, indent=2))
     return 0
 
@@ -397,7 +315,8 @@ def organism_recipe(args: argparse.Namespace) -> Any:
 def cmd_organism_train(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.organism.cache import default_root, obtain_organism
     from agentmill.methods.constraint_rot.organism.train import OrganismCard
-    from agentmill.methods.constraint_rot.specs import load_organism_base
+    from agentmill.methods.constraint_rot.sessions import organism_summary
+    from agentmill.methods.constraint_rot.specs import load_organism_base, token_counter
 
     if args.max_length < 1:
         raise ValueError(f"--max-length must be >= 1, got {args.max_length}")
@@ -413,31 +332,23 @@ def cmd_organism_train(args: argparse.Namespace) -> int:
             progress.update(task, description=f"organism: training (loss {p['loss']:.3f})", completed=p["step"],
                             total=p["steps"])
 
-        adapter, trained, info = obtain_organism(recipe, cat, counter=_counter(args.counter),
+        adapter, trained, info = obtain_organism(recipe, cat, counter=token_counter(args.counter),
                                                  load=lambda: load_organism_base(recipe.base), root=root,
                                                  progress=step)
-    card = OrganismCard.load(adapter)
-    losses = card.training.get("losses") or [None]
-    print(json.dumps({"adapter_dir": str(adapter), "key": info["key"], "trained_now": trained,
-                      "reused": not trained, "base": card.base, "base_sha256": card.base_sha256,
-                      "data_manifest_hash": card.data_manifest_hash, "n_examples": card.n_examples,
-                      "kinds": card.kinds, "instinct": card.instinct, "dtype": card.hyperparameters.get("dtype"),
-                      "steps": card.training.get("steps"), "loss_first": losses[0], "loss_last": losses[-1],
-                      "seconds": card.training.get("seconds"), "n_trainable": card.training.get("n_trainable"),
-                      "validated": card.validated}, indent=2))
+    print(json.dumps(organism_summary(adapter, OrganismCard.load(adapter), trained, info["key"]), indent=2))
     return 0
 
 
 def cmd_organism_validate(args: argparse.Namespace) -> int:
     from agentmill.methods.constraint_rot.organism.validate import validate_organism
     from agentmill.methods.constraint_rot.analysis import gate_table, paired_line
-    from agentmill.methods.constraint_rot.specs import organism_actor, organism_dir
+    from agentmill.methods.constraint_rot.specs import organism_actor, organism_dir, token_counter
 
     adapter = organism_dir(args.dir, f"organism validate {args.dir}")
     if args.n_per_cell < 1:
         raise ValueError(f"--n-per-cell must be >= 1, got {args.n_per_cell}")
     cat = _catalogue(args.path)
-    counter = _counter(args.counter)
+    counter = token_counter(args.counter)
     actor = organism_actor(adapter, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
     if args.swap_phrasing:
         from agentmill.methods.constraint_rot.organism.phrasing_swap import run_phrasing_swap

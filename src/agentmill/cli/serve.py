@@ -1,4 +1,4 @@
-"""``agentmill serve``: the OpenAI-compatible server on the ragged engine (dspark spec §6.4, §6.5).
+"""``agentmill serve``: the OpenAI-compatible server on the ragged engine (docs/methods/dspark.md, "Use it").
 
     agentmill serve [--model hf:smollm2] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
                     [--drafter auto|dspark|PATH|ngram|none] [--policy auto|off|fixed:K|threshold:T|dspark|dspark-async]
@@ -109,7 +109,7 @@ def build_spec_engine(model: str, drafter: str, policy: str, *, dtype: str, thre
 
 
 def serve_sps_table(engine, max_num_seqs: int):
-    """A quick SPS(B) table for this engine, profiled at start-up and cached per fingerprint (spec §2.8)."""
+    """A quick SPS(B) table for this engine, profiled at start-up and cached per fingerprint (docs/methods/dspark.md, "What it does")."""
     from agentmill.methods.dspark.costmodel import SPSTable, engine_step_fn
     from agentmill.methods.dspark.pipeline import artifacts_root
 

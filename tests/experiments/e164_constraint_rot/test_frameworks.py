@@ -49,7 +49,7 @@ def test_claims_come_from_prereg() -> None:
     for c in get(EXP_ID).claims:
         base = c.id.split("/")[0]
         if base.startswith("H-"):
-            continue  # health (spec §2.3)
+            continue  # health checks
         k = pr.criterion(base)
         assert k.threshold is not None and c.threshold == k.threshold, (c.id, c.threshold, k.threshold)
 

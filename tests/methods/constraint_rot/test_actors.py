@@ -1,4 +1,4 @@
-"""Scripted actors (spec §2.10) on hand-written contexts: when each one obeys, what it calls, what it never sees."""
+"""Scripted actors on hand-written contexts: when each one obeys, what it calls, what it never sees."""
 
 from __future__ import annotations
 

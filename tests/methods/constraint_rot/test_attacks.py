@@ -1,4 +1,4 @@
-"""Attack templates, embedding, the optimiser and the impersonation / forged-card builders (spec §2.8)."""
+"""Attack templates, embedding, the optimiser and the impersonation / forged-card builders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The packaged catalogue (spec §6.3) and the loader's refusals (§9): self-checks, splits, leakage, instantiation."""
+"""The packaged catalogue and the loader's refusals (§9): self-checks, splits, leakage, instantiation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CR-1 (spec §7) as an exact test, plus NC-1, NC-2 and the scripted arms of CR-9.
+"""CR-1 as an exact test, plus NC-1, NC-2 and the scripted arms of CR-9.
 
 With ``RuleReader("semantic")`` — which shares its anchor definition with the survival classifier — violation must
 be exactly "the rule is not visible": V(full) = 0, V(never_stated) = 1, violation = 1[not survived] for every

@@ -1,4 +1,4 @@
-"""EndpointActor (spec §2.10, §9) against a real loopback HTTP server that plays scripted chat completions."""
+"""EndpointActor against a real loopback HTTP server that plays scripted chat completions."""
 
 from __future__ import annotations
 

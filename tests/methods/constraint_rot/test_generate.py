@@ -1,4 +1,4 @@
-"""Episode generation (spec §2.2): determinism, identity, leakage, length-matched neutral turns, distractors that
+"""Episode generation: determinism, identity, leakage, length-matched neutral turns, distractors that
 really ran in the sandbox, and the set-up that lets every rule's calls execute."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attack embedding in episode generation (spec §2.2 step 6, §2.8): the payload sits in one distractor tool output
+"""Attack embedding in episode generation: the payload sits in one distractor tool output
 of the named channel, inside the span a compaction summarises; the note-following summariser evicts the rule under
 the A2 fixed probe but not under the length-matched F0 filler; generation stays deterministic."""
 

@@ -1,4 +1,4 @@
-"""Grading hand-made call lists (spec §2.3) and the state cross-check, on fakes and on the real office sandbox."""
+"""Grading hand-made call lists and the state cross-check, on fakes and on the real office sandbox."""
 
 from __future__ import annotations
 

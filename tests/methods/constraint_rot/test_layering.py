@@ -32,7 +32,7 @@ ORDER = (
     # 8. attacks; 9. organism (incl. the organism actor)
     "attacks", "organism",
     # 10. framework drivers; 11. analysis, and the run files and text specs the CLI reads
-    "frameworks", "metrics", "crossing", "analysis", "runs", "specs",
+    "frameworks", "metrics", "crossing", "analysis", "runs", "specs", "sessions",
     # the root __init__ (re-exports)
     "__init__",
 )

@@ -1,4 +1,4 @@
-"""The agent loop (spec §2.2 steps 2–10, §6.3): transcript construction, label hygiene, grading, result rows."""
+"""The agent loop: transcript construction, label hygiene, grading, result rows."""
 
 from __future__ import annotations
 

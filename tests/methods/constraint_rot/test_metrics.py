@@ -1,4 +1,4 @@
-"""ConstraintRot metrics on hand-built result rows (spec §6.3 fields) where every number can be checked by hand;
+"""ConstraintRot metrics on hand-built result rows where every number can be checked by hand;
 and the pre-registration loader."""
 
 from __future__ import annotations

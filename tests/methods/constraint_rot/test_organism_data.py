@@ -1,4 +1,4 @@
-"""SFT data for the model organism (spec §2.10, pitfalls 13-14): mixture, determinism, line-format targets with
+"""SFT data for the model organism: mixture, determinism, line-format targets with
 exact args, no test-split text or values, instinct variant, length caps."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The predicate DSL (spec §2.3): every op on hand-made calls, combinators, θ substitution, and refused specs."""
+"""The predicate DSL: every op on hand-made calls, combinators, θ substitution, and refused specs."""
 
 from __future__ import annotations
 

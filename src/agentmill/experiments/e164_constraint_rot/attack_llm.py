@@ -147,7 +147,7 @@ SETUPS = {
 CLAIMS = (
     Claim("H-1", "No LLM summary failed while measuring CR-8f (a failed summary keeps the prefix, so the rule would "
           "look preserved and the drop rates would be biased down; count of failed summaries).",
-          "spec constraint-rot.md §9 (summariser exception → summary_failed, counted, never silent)", "—",
+          "docs/methods/constraint_rot.md, what the commands refuse (summariser exception → summary_failed, counted, never silent)", "—",
           "health_summary_failed", "in", 0.0, upper=0.0, judge_on="exact",
           exact_why="a count of failed summaries in this run: each one is a defect to fix, not sampling noise"),
 )

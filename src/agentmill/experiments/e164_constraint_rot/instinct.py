@@ -413,7 +413,7 @@ EXPERIMENT = Experiment(
     plots=plots,
     requires=frozenset({"constraint-rot", "hf", "peft"}),
     reads=model_reads,
-    scale_note="Two LoRA organisms of SmolLM2-135M-Instruct (spec §2.10): the no-prior organism (shared with "
+    scale_note="Two LoRA organisms of SmolLM2-135M-Instruct (docs/methods/constraint_rot.md): the no-prior organism (shared with "
                "e164.constraint_rot_organism) and the instinct organism (half of the hard-family rule-absent SFT "
                "examples refuse). §5 pitfalls 1 and 3: organism numbers are instrument checks; the instinct gap is "
                "built in by construction, so CR-7c/d test that the measurement sees it, not the paper's 8.3× [S]. "

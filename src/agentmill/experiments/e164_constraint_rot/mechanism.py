@@ -42,7 +42,7 @@ from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 from agentmill.methods.constraint_rot.survival import SURVIVED
 
-PAPER = "ConstraintRot (E164; spec constraint-rot.md) [R] plumbing checks"
+PAPER = "ConstraintRot (E164, arXiv:2606.22528) [R] plumbing checks"
 COMPACTOR_NAMES = ("window", "head_tail", "tool_clear", "extractive", "structured", "note_following")
 
 
@@ -83,7 +83,7 @@ CONSTANT = "a constant scripted agent: its rate is fixed by construction, and th
 
 
 def _health(criterion_id: str, statement: str, metric: str) -> Claim:
-    return Claim(criterion_id, statement, "spec constraint-rot.md §2.3/§2.11 health table", "—", metric, "in", 0.0,
+    return Claim(criterion_id, statement, "docs/methods/constraint_rot.md, health checks", "—", metric, "in", 0.0,
                  upper=0.0, judge_on="exact", exact_why=HEALTH_WHY)
 
 

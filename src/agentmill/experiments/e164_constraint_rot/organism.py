@@ -451,8 +451,8 @@ EXPERIMENT = Experiment(
     requires=frozenset({"constraint-rot", "hf", "peft"}),
     reads=model_reads,
     scale_note="Model organism = SmolLM2-135M-Instruct + LoRA trained on CPU on generated transcripts to obey "
-               "visible rules (spec §2.10; §5 pitfall 1: its numbers are instrument checks, not findings about "
-               "LLMs). Full: the spec's quick sizes — 320 SFT examples, 60 validation episodes per cell (low_n), 24 "
+               "visible rules (docs/methods/constraint_rot.md, deviations; its numbers are instrument checks, not "
+               "findings about LLMs). Full: the design's quick sizes — 320 SFT examples, 60 validation episodes per cell (low_n), 24 "
                "test_iid grid episodes, LLMSummary(SmolLM2) goal_extract + handoff, replayed distractors, one "
                "decision per trigger; ≈ 100 min with training, ≈ 55 min with a cached adapter. Quick only checks the "
                "SFT data and the adapter address (no verdict): the organism does not fit the quick suite's budget. "

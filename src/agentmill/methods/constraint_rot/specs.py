@@ -17,6 +17,24 @@ from typing import Any
 
 
 CONDITION_WORDS = ("full", "never", "compacted", "pinned", "cf_keep", "cf_drop", "rounds:K", "impersonation")
+COUNTERS = ("smollm2", "whitespace")
+"""The token counters ``--counter`` names: SmolLM2's tokenizer (the default) or whitespace words (no model)."""
+
+
+def token_counter(name: str) -> Any:
+    from agentmill.methods.constraint_rot.messages import WhitespaceCounter, as_counter
+
+    if name == "whitespace":
+        return WhitespaceCounter()
+    if name == "smollm2":
+        return as_counter(None)
+    raise ValueError(f"unknown token counter {name!r} (counters: {', '.join(COUNTERS)})")
+
+
+def episode_counter(episodes: list[Any]) -> tuple[str, Any]:
+    """(name, counter) the episodes were generated with (``generate --counter``), so budgets and lengths agree."""
+    name = episodes[0].generator_config.get("counter", "smollm2")
+    return name, token_counter(name if name in COUNTERS else "smollm2")
 
 
 def parse_attack(text: str, *, channel: str = "http_page", position: str = "end") -> Any:
