@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Each creates .venv if missing and installs everything the project
 # needs (re-running is cheap: the install is skipped while pyproject.toml is unchanged).
-#   make reproduce   install (plus Debian chromium for E176 AC-9's browser participant), then run the main job:
-#                    agentmill reproduce --profile quick (writes report/index.html)
+#   make reproduce   install (plus Debian chromium for E176 AC-9's browser participant), fetch the pyrepo sdists,
+#                    then run the main job: agentmill reproduce --profile quick (writes report/index.html)
 #   make test        install (plus Debian chromium for the browser tests), then run the test suite
 # Both install Debian's bubblewrap when missing: the sandbox for LLM-written code.
 
@@ -44,7 +44,10 @@ sandbox-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
 	fi
 
+# E169/E170 read real Python packages (envs/pyrepo): one pip download of their pinned sdists, cached
+# content-addressed with their mined bugs, before the offline main job. `make test` never fetches.
 reproduce: install browser-deps sandbox-deps
+	$(VENV)/bin/agentmill envs pyrepo fetch --packages cachetools==8.0.1,toolz==1.2.0 --mine 6
 	HF_HUB_OFFLINE=1 $(VENV)/bin/agentmill reproduce --profile $(PROFILE)
 
 # Two pytest-xdist workers, one compute thread each (tests/conftest.py): most of the suite waits on child processes,

@@ -55,3 +55,15 @@ def test_check_info_names_what_is_missing():
     bad = dict(info, oracle={"state_id": "x"})
     with pytest.raises(ValueError, match="oracle"):
         check_info(bad)
+
+
+def test_spec_prefix_reaches_its_factory_and_refuses_duplicates(monkeypatch):
+    from agentmill.envs import base
+
+    monkeypatch.setattr(base, "_PREFIXES", dict(base._PREFIXES))
+    base.register_prefix("echo:", "agentmill.envs.keydoor:make_keydoor")
+    with pytest.raises(ValueError):
+        base.register_prefix("echo:", "agentmill.envs.keydoor:make_keydoor")
+    with pytest.raises(ValueError):
+        base.register_prefix("noco", "a:b")
+    assert "wm:" in base._PREFIXES

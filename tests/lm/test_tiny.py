@@ -93,3 +93,25 @@ def test_hooks_steer_and_detach() -> None:
     assert torch.equal(lm.forward(ids).logits, base)
     with pytest.raises(ValueError, match="divisible"):
         TinyLM(TinyConfig(d=30, heads=4))
+
+
+def test_bpe_tokenizer_round_trips_saves_and_keeps_byte_defaults(tmp_path) -> None:
+    pytest.importorskip("tokenizers")
+    from agentmill.lm import scoring
+    from agentmill.lm.tiny import TinyConfig, TinyLM, train_bpe
+
+    texts = ["<|im_start|>user\nYou see a red key.<|im_end|>\n"] * 4 + ["é {\"name\": 1}"]
+    tok = train_bpe(texts, vocab_size=300)
+    assert train_bpe(texts, vocab_size=300).to_str() == tok.to_str()  # deterministic given the corpus
+    lm = TinyLM(TinyConfig(vocab_size=tok.get_vocab_size(), tokenizer="bpe"), bpe=tok)
+    for s in texts + ["", "  two  spaces\n"]:
+        assert lm.decode(lm.encode(s)) == s
+    assert lm.render("hi")[0] == lm.bos_id == 0 and lm.eos_token_ids == (1,)
+    lm.save(tmp_path / "m")
+    again = TinyLM.load(tmp_path / "m")
+    assert again.encode("red key") == lm.encode("red key") and again.cfg == lm.cfg
+    with pytest.raises(ValueError):
+        TinyLM(TinyConfig(vocab_size=300, tokenizer="bpe"))  # no tokenizer given
+    byte = TinyLM()
+    assert byte.cfg.vocab_size == 259 and not hasattr(byte, "bos_id")
+    assert scoring.tokenizer_fingerprint(byte) == "b197744ca108c74e"  # unchanged by the BPE option

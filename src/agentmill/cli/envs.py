@@ -282,3 +282,86 @@ def register(sub) -> None:
     r.add_argument("--no-calibrate", action="store_true", help="KeyDoor: keep uncalibrated layouts")
     r.add_argument("--out", required=True, help="rollouts JSONL")
     r.set_defaults(fn=cmd_rollout)
+    register_pyrepo(es)
+
+
+# ---------------------------------------------------------------------------------------------- pyrepo
+PYREPO_EXAMPLES = """examples:
+  agentmill envs pyrepo fetch --packages cachetools==8.0.1,toolz==1.2.0 --mine 6
+  agentmill envs pyrepo list
+  agentmill envs pyrepo mutate --package cachetools==8.0.1 --n 4 --seed 0 --out tasks.jsonl
+  agentmill envs pyrepo mutate --package fixture --n 2 --out fixture-tasks.jsonl"""
+
+
+def cmd_pyrepo_fetch(args: argparse.Namespace) -> int:
+    from agentmill.envs.pyrepo import fetch, seed_bugs
+
+    if args.mine < 0:
+        raise ValueError(f"--mine must be >= 0, got {args.mine}")
+    rows = []
+    for spec in [p.strip() for p in args.packages.split(",") if p.strip()]:
+        t0 = time.perf_counter()
+        repo = fetch(spec)
+        n = len(seed_bugs(repo, args.mine, seed=args.seed)) if args.mine else 0
+        rows.append({"package": spec, "tests_selected": len(repo.passing), "tests_deselected": list(repo.deselected),
+                     "suite_wall_s": round(repo.suite_wall_s, 2), "instances_mined": n,
+                     "seconds": round(time.perf_counter() - t0, 1), "root": str(repo.root)})
+        print(json.dumps(rows[-1]))
+    return 0
+
+
+def cmd_pyrepo_list(args: argparse.Namespace) -> int:
+    from agentmill.envs.pyrepo import PACKAGES, cached, open_repo
+    from agentmill.envs.pyrepo.mutate import attempts
+
+    for spec, pkg in PACKAGES.items():
+        row: dict[str, Any] = {"package": spec, "sha256": pkg.sha256[:12], "cached": cached(spec)}
+        if row["cached"]:
+            repo = open_repo(spec)
+            log = attempts(repo, seed=args.seed)
+            row.update(tests_selected=len(repo.passing), suite_wall_s=round(repo.suite_wall_s, 2),
+                       mining_attempts=len(log), instances=sum(r["kept"] for r in log))
+        print(json.dumps(row))
+    return 0
+
+
+def cmd_pyrepo_mutate(args: argparse.Namespace) -> int:
+    from agentmill.core.records import write_jsonl_atomic
+    from agentmill.envs.pyrepo import fixture_dir, fixture_repo, open_repo, seed_bugs
+
+    _positive("n", args.n)
+    out = output_path(args.out, "--out")
+    repo = fixture_repo(fixture_dir()) if args.package == "fixture" else open_repo(args.package)
+    prog, task = started_bar(args.n, f"mining seeded bugs in {repo.key}")
+    try:
+        tasks = seed_bugs(repo, args.n, seed=args.seed, max_tries=args.max_tries,
+                          progress=lambda d, n: prog.update(task, completed=d))
+    finally:
+        prog.stop()
+    write_jsonl_atomic(out, [t.to_dict() for t in tasks])
+    print(json.dumps({"out": str(out), "package": repo.key, "instances": len(tasks),
+                      "ops": sorted({t.mutations[0]["op"] for t in tasks})}))
+    return 0
+
+
+def register_pyrepo(es: argparse._SubParsersAction) -> None:
+    pr = es.add_parser("pyrepo", help="real Python repositories from PyPI sdists: fetch, list, seed bugs",
+                       epilog=PYREPO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = pr.add_subparsers(dest="pyrepo_cmd", required=True,
+                           help="the subcommand ('agentmill envs pyrepo SUBCOMMAND -h' shows its flags)")
+    f = ps.add_parser("fetch", help="pip download (hash-pinned), extract, git init and baseline; the only network use")
+    f.add_argument("--packages", default="cachetools==8.0.1,toolz==1.2.0,boltons==26.2.0",
+                   help="comma-separated pinned name==version specs")
+    f.add_argument("--mine", type=int, default=6, help="also mine this many seeded bugs per package (0: none)")
+    f.add_argument("--seed", type=int, default=0, help="mining seed")
+    f.set_defaults(fn=cmd_pyrepo_fetch)
+    ls = ps.add_parser("list", help="the pinned packages, whether each is cached, and the bugs mined so far")
+    ls.add_argument("--seed", type=int, default=0, help="mining seed whose log is counted")
+    ls.set_defaults(fn=cmd_pyrepo_list)
+    m = ps.add_parser("mutate", help="seed bugs (AST mutations killed by the suite) and write them as JSONL")
+    m.add_argument("--package", required=True, help="a cached name==version, or 'fixture' (the in-code package)")
+    m.add_argument("--n", type=int, default=4, help="instances to keep")
+    m.add_argument("--seed", type=int, default=0, help="mining seed (order of the candidate mutations)")
+    m.add_argument("--max-tries", type=int, default=None, help="stop after this many pytest-screened mutations")
+    m.add_argument("--out", required=True, help="tasks JSONL (SWE-bench-style fields)")
+    m.set_defaults(fn=cmd_pyrepo_mutate)

@@ -41,6 +41,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.router",
     "agentmill.cli.metis",
     "agentmill.cli.red_queen",
+    "agentmill.cli.world_model",
+    "agentmill.cli.sherloc",
+    "agentmill.cli.bayes_ship",
+    "agentmill.cli.first_token_probe",
+    "agentmill.cli.forensics",
+    "agentmill.cli.kernelpro",
 )
 
 

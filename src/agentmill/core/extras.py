@@ -29,6 +29,8 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
     "autocog": ("yaml", "pandas"),
     "autocog-e2e": ("selenium", "httpx"),
     "router": ("cmaes",),
+    "coding": ("pyflakes", "jsonschema", "pytest"),
+    "cuda-static": ("nvidia",),
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 

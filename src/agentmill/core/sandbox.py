@@ -692,7 +692,62 @@ class SandboxSession:
             self._child = None
 
 
-__all__ = ["CALL_HARNESS", "CodeCompileError", "CodeOutputError", "CodeRejected", "ERRORS_BY_KIND", "FORBIDDEN_NAMES",
-           "INTERNAL_ATTRS", "SAFE_BUILTINS", "SandboxError", "SandboxLimits", "SandboxMemory", "SandboxPolicy",
-           "SandboxSession", "SandboxTimeout", "SandboxUnavailable", "SandboxViolation", "check_source", "isolation",
-           "run_child"]
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What :func:`run_command` saw: exit status (negative: killed by that signal), captured output (each capped),
+    wall seconds, whether the watchdog fired, and the isolation layers that were active."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    wall_s: float
+    timed_out: bool
+    layers: dict
+
+
+def run_command(argv: list[str], *, limits: SandboxLimits = SandboxLimits(), stdin: bytes = b"",
+                env: Mapping[str, str] | None = None, isolate: bool = False, max_output: int = 1 << 20,
+                tmp_prefix: str = "agentmill-cmd-") -> CommandResult:
+    """Run a native command (a compiler, a child that loads compiled code) under the same mechanics as
+    :func:`run_child` without its Python-only layers: its own session and process group, rlimits set before exec
+    (``limits``), a scrubbed environment (:data:`CHILD_ENV` plus ``env``), a fresh temp working directory removed
+    afterwards, a wall-clock watchdog that kills the whole group, and stdout/stderr each capped at ``max_output``
+    bytes. With ``isolate`` and bubblewrap available the command also runs in fresh namespaces with no network
+    (:mod:`agentmill.core.bubblewrap`; it then works in its private ``/tmp`` and exchanges data only through
+    stdin/stdout); ``layers`` says which layers were active. Never raises for the command's own failure: the caller
+    turns the result into its own verdict."""
+    full_env = {**CHILD_ENV, **(env or {})}
+    iso = "none"
+    if isolate:
+        iso = "bwrap" if (bubblewrap.mode() != "python-only" and bubblewrap.probe() is None) else "none"
+    cwd = tempfile.mkdtemp(prefix=tmp_prefix)
+    if iso == "bwrap":
+        argv = bubblewrap.command(list(argv), env=full_env, tmp_bytes=limits.tmp_bytes)
+    t0 = time.perf_counter()
+    timed_out = False
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                             env=full_env, preexec_fn=lambda: _apply_limits(limits, False), start_new_session=True)
+        try:
+            out, err = p.communicate(stdin, timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = p.communicate()
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+    layers = {"isolation": iso, "network": "none (namespace)" if iso == "bwrap" else "not isolated",
+              "rlimits": f"cpu {limits.cpu_s} s, as {_size(limits.memory_bytes)}, fsize {_size(limits.max_file_bytes)}",
+              "nproc": "inactive (watchdog killpg only)", "watchdog_s": limits.wall_s}
+    return CommandResult(p.returncode, out[:max_output], err[:max_output], time.perf_counter() - t0, timed_out,
+                         layers)
+
+
+__all__ = ["CALL_HARNESS", "CodeCompileError", "CodeOutputError", "CodeRejected", "CommandResult", "ERRORS_BY_KIND",
+           "FORBIDDEN_NAMES", "INTERNAL_ATTRS", "SAFE_BUILTINS", "SandboxError", "SandboxLimits", "SandboxMemory",
+           "SandboxPolicy", "SandboxSession", "SandboxTimeout", "SandboxUnavailable", "SandboxViolation",
+           "check_source", "isolation", "run_child", "run_command"]

@@ -80,6 +80,20 @@ def check_info(info: Mapping[str, Any]) -> None:
 EnvFactory = Callable[..., TextEnv]
 
 _REGISTRY: dict[str, str | EnvFactory] = {}
+_PREFIXES: dict[str, str] = {}
+"""Spec prefixes (``"wm:"``) whose remainder is a path handed to a lazily imported factory."""
+
+
+def register_prefix(prefix: str, factory: str) -> None:
+    """Register a spec prefix such as ``"wm:"``: ``make("wm:<dir>", **kw)`` calls ``factory("<dir>", **kw)``.
+    ``factory`` is a ``"module:attribute"`` path resolved on first use; a prefix registered twice raises."""
+    if not prefix.endswith(":") or len(prefix) < 2:
+        raise ValueError(f"a spec prefix must end with ':', got {prefix!r}")
+    if prefix in _PREFIXES:
+        raise ValueError(f"spec prefix {prefix!r} is already registered")
+    if ":" not in factory:
+        raise ValueError(f"a lazy factory must be 'module:attribute', got {factory!r}")
+    _PREFIXES[prefix] = factory
 
 
 def register(name: str, factory: str | EnvFactory) -> None:
@@ -110,8 +124,13 @@ def make(name: str, **kwargs: Any) -> TextEnv:
     """Build the environment registered as ``name`` with keyword arguments for its factory.
 
     ``make("keydoor-v0", layout_seed=3)``, ``make("keydoor-unique-v0", p=0.5)``,
-    ``make("textworld-v0", game_file=path, max_steps=40)``.
+    ``make("textworld-v0", game_file=path, max_steps=40)``; a registered prefix: ``make("wm:<dir>", layout_seed=3)``
+    (a world model simulating KeyDoor, ``methods/world_model/simulator.py``).
     """
+    for prefix, path in _PREFIXES.items():
+        if name.startswith(prefix):
+            mod, _, attr = path.partition(":")
+            return getattr(importlib.import_module(mod), attr)(name[len(prefix):], **kwargs)
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -125,3 +144,4 @@ def make(name: str, **kwargs: Any) -> TextEnv:
 register("keydoor-v0", "agentmill.envs.keydoor:make_keydoor")
 register("keydoor-unique-v0", "agentmill.envs.wrappers:make_keydoor_unique")
 register("textworld-v0", "agentmill.envs.textworld_env:TextWorldEnv")
+register_prefix("wm:", "agentmill.methods.world_model.simulator:make_wm_env")

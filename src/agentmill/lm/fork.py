@@ -209,6 +209,31 @@ class WhiteBoxForker:
         tree.root_cache = None
         return tree.counters
 
+    def add_leaf(self, tree: _Tree, token_ids: Sequence[int]) -> int:
+        """Register an externally sampled completion ``token_ids`` as a leaf of ``tree`` by one teacher-forced
+        pass over all but its last token from the root cache (counted as ``prefill_tokens``), so ``expand`` can
+        fork from any of its positions. Returns the leaf id. With ``mode="recompute"`` nothing is cached and
+        forks re-encode as usual."""
+        import torch
+
+        ids = [int(t) for t in token_ids]
+        P = len(tree.prompt_ids)
+        if P + len(ids) > self.lm.max_positions:
+            raise LMError(f"add_leaf: prompt + completion = {P + len(ids)} tokens exceed the model context "
+                          f"({self.lm.max_positions})")
+        t0 = time.perf_counter()
+        leaf = len(tree.leaf_tokens)
+        if self.mode == "fork":
+            cache = self.lm.fork_cache(tree.root_cache)
+            if len(ids) > 1:
+                cache = self.lm.forward(torch.tensor([ids[:-1]]), cache).cache
+                tree.counters.prefill_tokens += len(ids) - 1
+                tree.counters.forward_calls += 1
+            self._put(tree, leaf, cache)
+        tree.leaf_tokens[leaf] = np.asarray(ids, dtype=np.int32)
+        tree.counters.wall_seconds += time.perf_counter() - t0
+        return leaf
+
     # ------------------------------------------------------------------------------------------- branching
     def expand(self, tree: _Tree, requests: Sequence[BranchRequest], temperature: float) -> list[Continuation]:
         """Decode ``requests`` as one batch; returns one continuation per request, in order."""

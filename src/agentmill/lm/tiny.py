@@ -79,6 +79,31 @@ class TinyConfig:
     """Learned positions: the context length."""
     seed: int = 0
     """Initialisation seed."""
+    vocab_size: int = VOCAB
+    """Vocabulary size: 259 for the byte tokenizer (the default), the trained tokenizer's size for ``bpe``."""
+    tokenizer: str = "byte"
+    """``byte`` (bytes + BOS/EOS/PAD) or ``bpe`` (a byte-level BPE from :func:`train_bpe`, saved beside the
+    weights as ``tokenizer.json``)."""
+
+
+BPE_SPECIAL = ("<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>")
+"""Special tokens of a :func:`train_bpe` tokenizer, ids 0..4 in this order (BOS, EOS, PAD, then ChatML markers)."""
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int = 2048, special: Sequence[str] = BPE_SPECIAL) -> Any:
+    """A byte-level BPE (``tokenizers``) trained on ``texts``; deterministic given the corpus. ``special`` must start
+    with BOS, EOS, PAD (ids 0, 1, 2). Round-trips any text exactly (byte-level pre-tokenizer and decoder)."""
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError as e:
+        raise MissingExtraError("hf", "the tiny: BPE tokenizer (tokenizers)") from e
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    return tok
 
 
 class TinyCache:
@@ -142,11 +167,11 @@ def _build_module(cfg: TinyConfig) -> Any:
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.tok = nn.Embedding(VOCAB, cfg.d)
+            self.tok = nn.Embedding(cfg.vocab_size, cfg.d)
             self.pos = nn.Embedding(cfg.max_len, cfg.d)
             self.layers = nn.ModuleList(Block() for _ in range(cfg.layers))
             self.ln_f = nn.LayerNorm(cfg.d)
-            self.head = nn.Linear(cfg.d, VOCAB, bias=False)
+            self.head = nn.Linear(cfg.d, cfg.vocab_size, bias=False)
 
         def forward(self, ids, cache=None, key_mask=None, position_ids=None, hidden_states=False):
             B, T = ids.shape
@@ -173,8 +198,19 @@ class TinyLM:
     pad_id = PAD
     vocab_size = VOCAB
 
-    def __init__(self, cfg: TinyConfig = TinyConfig(), *, spec: str = "tiny:new", module: Any = None) -> None:
+    def __init__(self, cfg: TinyConfig = TinyConfig(), *, spec: str = "tiny:new", module: Any = None,
+                 bpe: Any = None) -> None:
         self.cfg, self.spec = cfg, spec
+        self.bpe = None
+        if cfg.tokenizer == "bpe":
+            if bpe is None or bpe.get_vocab_size() != cfg.vocab_size:
+                raise ValueError(f"tiny: a bpe model needs its tokenizer of {cfg.vocab_size} tokens (train_bpe)")
+            self.bpe = bpe
+            self.bos_id, self.eos_token_ids, self.pad_id = 0, (1,), 2  # BPE_SPECIAL order
+            self.vocab_size = cfg.vocab_size
+        elif cfg.tokenizer != "byte" or cfg.vocab_size != VOCAB:
+            raise ValueError(f"tiny: tokenizer must be 'byte' (vocab {VOCAB}) or 'bpe', got {cfg.tokenizer!r} "
+                             f"with vocab {cfg.vocab_size}")
         self.model = module if module is not None else _build_module(cfg)
         self.model.eval()
         self.num_layers, self.hidden_size, self.max_positions = cfg.layers, cfg.d, cfg.max_len
@@ -182,13 +218,27 @@ class TinyLM:
 
     # tokenisation: bytes, plus BOS/EOS/PAD
     def encode(self, text: str) -> list[int]:
+        if self.bpe is not None:
+            return list(self.bpe.encode(text).ids)
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self.bpe is not None:
+            return self.bpe.decode([int(i) for i in ids if int(i) > 2], skip_special_tokens=False)
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
     def render(self, prompt: Prompt) -> list[int]:
-        return [BOS] + self.encode(plain_transcript(prompt))
+        return [BOS if self.bpe is None else self.bos_id] + self.encode(plain_transcript(prompt))
+
+    def tokenizer_fingerprint(self) -> str:
+        """Equal for two tiny models iff they tokenize alike (bytes, or the same BPE vocabulary)."""
+        import hashlib
+
+        if self.bpe is None:  # the value lm.scoring.tokenizer_fingerprint gave byte models before BPE existed
+            blob = json.dumps({"kind": "tiny-bytes", "vocab": VOCAB}, default=str)
+        else:
+            blob = self.bpe.to_str()
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def forward(self, input_ids: Any, cache: TinyCache | None = None, *, hidden_states: bool = False,
                 attention_mask: Any | None = None, position_ids: Any | None = None) -> ForwardOutput:
@@ -251,6 +301,8 @@ class TinyLM:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         (tmp / "config.json").write_text(json.dumps(asdict(self.cfg)))
+        if self.bpe is not None:
+            self.bpe.save(str(tmp / "tokenizer.json"))
         save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(tmp / "model.safetensors"))
         if path.exists():
             shutil.rmtree(path)
@@ -309,7 +361,12 @@ def load(rest: str, **_: Any) -> TinyLM:
     load_file = _safetensors().load_file
     try:
         cfg = TinyConfig(**json.loads((path / "config.json").read_text()))
-        lm = TinyLM(cfg, spec=f"tiny:{rest}")
+        bpe = None
+        if cfg.tokenizer == "bpe":
+            from tokenizers import Tokenizer
+
+            bpe = Tokenizer.from_file(str(path / "tokenizer.json"))
+        lm = TinyLM(cfg, spec=f"tiny:{rest}", bpe=bpe)
         lm.model.load_state_dict(load_file(str(path / "model.safetensors")))
     except Exception as e:  # noqa: BLE001 - one clear message for any corrupt file
         raise LMError(f"tiny:{rest}: could not load the saved model ({type(e).__name__}: {e}); the files may be "

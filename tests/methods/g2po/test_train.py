@@ -174,3 +174,25 @@ def test_a_policy_that_acting_changes_is_not_reused() -> None:
     train_compare(_env, TASKS, factory, key_fn=FieldsKey(), group_size=4, tasks_per_iter=2, iterations=1, lr=1.0,
                   seeds=(0,), eval_every=2, eval_episodes=6)
     assert len({p.acts for p in policies}) == 1 and policies[0].acts > 0
+
+
+def test_eval_env_factory_evaluates_in_another_env() -> None:
+    """Evaluation episodes come from eval_env_factory when given (train in a simulator, evaluate in the real env),
+    and from the training env otherwise."""
+    made: list[str] = []
+
+    def train_env(layout):
+        made.append("train")
+        return _env(layout)
+
+    def eval_env(layout):
+        made.append("eval")
+        return _env(layout)
+
+    log = train_compare(train_env, TASKS[:1], SoftmaxTablePolicy, ("grpo",), group_size=2, tasks_per_iter=1,
+                        iterations=2, lr=1.0, seeds=(0,), eval_every=1, eval_episodes=2, eval_env_factory=eval_env)
+    assert made.count("eval") == 3 and made.count("train") == 2 and len(log.arm("grpo", 0).success) == 3
+    made.clear()
+    train_compare(train_env, TASKS[:1], SoftmaxTablePolicy, ("grpo",), group_size=2, tasks_per_iter=1, iterations=2,
+                  lr=1.0, seeds=(0,), eval_every=1, eval_episodes=2)
+    assert made == ["train"] * 5

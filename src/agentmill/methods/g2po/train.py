@@ -141,7 +141,8 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
                   estimators: Sequence[str] = ESTIMATORS, key_fn: StateKeyFn | None = None, *, group_size: int = 8,
                   tasks_per_iter: int = 4, iterations: int, lr: float | Mapping[str, float], seeds: Sequence[int],
                   eval_every: int = 10, eval_episodes: int = 32, max_steps: int | None = None,
-                  configs: Mapping[str, Any] | None = None, normalize: str = "trajectories") -> TrainLog:
+                  configs: Mapping[str, Any] | None = None, normalize: str = "trajectories",
+                  eval_env_factory: Callable[[Any], Any] | None = None) -> TrainLog:
     """Train a fresh ``policy_factory()`` per (seed, estimator) for ``iterations`` iterations of ``tasks_per_iter``
     groups of ``group_size`` rollouts; evaluate every ``eval_every`` iterations and at the end.
 
@@ -152,6 +153,8 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
         configs: estimator name -> its config (defaults: ``GRPOConfig()``, ``GiGPOConfig()``, ``G2POConfig()``).
         normalize: ``pg_step``'s gradient normalisation; "trajectories" (REINFORCE's per-episode sum) is the one the
             pre-registered lr grid {0.1, 0.3, 1.0} [R] fits on KeyDoor (measured by the envs author, see ``pg_step``).
+        eval_env_factory: ``task -> TextEnv`` for the evaluation episodes (default ``env_factory``): train inside a
+            simulator and evaluate in the real env (E167's sim-to-real comparison).
     Task order: iteration k of seed s trains on ``tasks_per_iter`` tasks drawn without replacement (cycling) from a
     permutation seeded by s alone, identical for every estimator. Evaluation episodes use seeds that depend only on
     (seed, evaluation point), never on the estimator.
@@ -167,6 +170,7 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
     if not tasks:
         raise ValueError("train_compare: no tasks")
     lrs = {e: float(lr[e] if isinstance(lr, Mapping) else lr) for e in estimators}
+    eval_factory = eval_env_factory if eval_env_factory is not None else env_factory
     configs = dict(configs or {})
     arms: list[ArmLog] = []
     for seed in seeds:
@@ -183,7 +187,7 @@ def train_compare(env_factory: Callable[[Any], Any], tasks: Sequence[Any], polic
                 reuse = it == 0 and initial is not None
                 if it % eval_every == 0 or it == iterations:
                     success, dt = _once(memo, (initial, "eval") if reuse else None, policy, partial(
-                        _evaluate, env_factory, policy, tasks, eval_episodes, max_steps,
+                        _evaluate, eval_factory, policy, tasks, eval_episodes, max_steps,
                         derive_seed(seed, "g2po-eval", it)))
                     log.success.append(success)
                     log.seconds["eval"] += dt

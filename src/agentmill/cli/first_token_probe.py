@@ -1,0 +1,244 @@
+"""``agentmill probe``: the first-token probe toolkit on the refusal organisms — train and validate an organism,
+sample and label rollouts, fit probes by position and layer, run prefix-freeze resampling, and probe the
+synthetic twin (docs/methods/first_token_probe.md). A thin face over ``agentmill.methods.first_token_probe``.
+
+Exit codes: 0 ok; 2 bad input; 3 precondition not met (an unvalidated organism without --allow-unvalidated,
+degenerate labels)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+EXAMPLES = """examples:
+  agentmill probe fit --variant locked --positions think_open,first_generated --k 2
+  agentmill probe freeze --variant deliberative --traces 4 --resamples 4
+  agentmill probe organism validate /tmp/organism-d --n-per-cell 40
+"""
+
+PRECONDITION_EXIT = 3
+
+
+def _organism(args: argparse.Namespace):
+    from agentmill.methods.first_token_probe.organism import OrganismNotValidated, load_organism
+
+    try:
+        lm, card = load_organism(args.variant, Path(args.organism) if args.organism else None,
+                                 allow_unvalidated=args.allow_unvalidated)
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
+    except OrganismNotValidated as e:
+        print(f"agentmill probe: precondition not met: {e}")
+        return None, None
+    stamp = "" if card.validated else "  [UNVALIDATED: numbers stamped, not claims]"
+    print(f"organism {card.name}: gates {card.gates} validated={card.validated}{stamp}")
+    return lm, card
+
+
+def _counts(args: argparse.Namespace) -> dict[str, int]:
+    return {"C": args.n_c, "N": args.n_n, "B": args.n_b, "D": args.n_d}
+
+
+def cmd_organism_show(args: argparse.Namespace) -> int:
+    from agentmill.methods.first_token_probe.organism import OrganismCard, shipped_dir
+
+    path = Path(args.organism) if args.organism else shipped_dir(args.variant)
+    if not (path / "card.json").exists():
+        raise ValueError(f"no organism card at {path}")
+    print(json.dumps(OrganismCard.load(path).__dict__, indent=1, sort_keys=True))
+    return 0
+
+
+def cmd_organism_train(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from agentmill.methods.first_token_probe.config import OrganismConfig
+    from agentmill.methods.first_token_probe.organism import train_organism
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"--out {out} is not empty: trained organisms go to new directories")
+    cfg = replace(OrganismConfig(), steps=args.steps, seed=args.seed)
+    card = train_organism(args.variant, out, cfg, log=print)
+    print(f"trained {card.name} in {card.train_seconds} s, final loss {card.final_loss:.4f}; "
+          f"validate with: agentmill probe organism validate {out}")
+    return 0
+
+
+def cmd_organism_validate(args: argparse.Namespace) -> int:
+    from agentmill.methods.first_token_probe.organism import validate_organism
+
+    path = Path(args.dir)
+    if not (path / "card.json").exists():
+        raise ValueError(f"{path} holds no organism (card.json missing)")
+    card = validate_organism(path, n_per_cell=args.n_per_cell, seed=args.seed)
+    for k, v in card.gates.items():
+        print(f"  {k}: {v:.3f}  {'pass' if card.gate_pass[k] else 'FAIL'}")
+    print(f"validated: {card.validated}")
+    return 0 if card.validated else PRECONDITION_EXIT
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from agentmill.core.records import write_jsonl_atomic
+    from agentmill.methods.first_token_probe.core import organism_rollouts
+
+    lm, _ = _organism(args)
+    if lm is None:
+        return PRECONDITION_EXIT
+    rolls = organism_rollouts(lm, args.split, _counts(args), k=args.k, k_contested=args.k_contested, seed=args.seed)
+    rows = [{"rollout_id": r.key, "template_id": r.item.template_id, "category": r.item.category, "q": r.item.q,
+             "split": r.item.split, "lm_spec": lm.spec, "prompt_ids": r.prompt_ids, "sampled_ids": r.sampled_ids,
+             "text": r.text, "finish": r.finish, "labels": r.labels, "vote": r.outcome, "truth": r.truth,
+             "sentence_roles": list(r.parsed.roles)} for r in rolls]
+    write_jsonl_atomic(Path(args.out), rows)
+    votes = [r.outcome for r in rolls if r.outcome is not None]
+    print(f"{len(rolls)} rollouts -> {args.out}; refuse share {sum(votes)}/{len(votes)}; "
+          f"unfinished/abstained {len(rolls) - len(votes)}")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from agentmill.methods.first_token_probe.config import ProbeConfig
+    from agentmill.methods.first_token_probe.core import baselines, organism_rollouts, probe_study
+
+    lm, _ = _organism(args)
+    if lm is None:
+        return PRECONDITION_EXIT
+    positions = [p.strip() for p in args.positions.split(",") if p.strip()]
+    kw = {"k": args.k, "k_contested": args.k_contested, "seed": args.seed}
+    train = organism_rollouts(lm, "probe_train", _counts(args), **kw)
+    test = organism_rollouts(lm, "probe_test", _counts(args), **kw)
+    from agentmill.methods.first_token_probe.probes import DegenerateLabels
+
+    try:
+        res = probe_study(lm, train, test, positions=positions, label_source=args.labels,
+                          cfg=ProbeConfig(n_shuffles=args.shuffles, seed=args.seed))
+    except DegenerateLabels as e:
+        print(f"agentmill probe: precondition not met: {e}")
+        return PRECONDITION_EXIT
+    g = res.grid
+    print(f"labels: {args.labels}; train {g.n_train}, test {g.n_test}; dropped {res.dropped}")
+    print("position        " + " ".join(f"L{li:<5d}" for li in g.layers) + "  l*")
+    for p, pos in enumerate(g.positions):
+        print(f"{pos:15s} " + " ".join(f"{a:.3f} " for a in g.auroc[p]) + f"  {g.best_layer[pos]}")
+    if "think_open" in positions:
+        print("baselines:", {k: round(v, 3) for k, v in baselines(res).items()})
+    return 0
+
+
+def cmd_freeze(args: argparse.Namespace) -> int:
+    from agentmill.methods.first_token_probe.config import FreezeConfig
+    from agentmill.methods.first_token_probe.freeze import prefix_freeze
+    from agentmill.methods.first_token_probe.prompts import sample_prompts
+    from agentmill.methods.first_token_probe.sampling import sample_rollouts
+
+    lm, _ = _organism(args)
+    if lm is None:
+        return PRECONDITION_EXIT
+    items = sample_prompts(args.split, {"D": 2 * args.traces}, seed=args.seed)
+    rolls = [r for r in sample_rollouts(lm, items, k=1, seed=args.seed) if r.outcome is not None][: args.traces]
+    cfg = FreezeConfig(resamples=args.resamples, lam=args.lam)
+    for i, r in enumerate(rolls):
+        c = prefix_freeze(lm, r, cfg=cfg, seed=args.seed, rollout_id=i)
+        curve = " ".join(f"{p.sentence}:{p.A:.2f}" for p in c.points)
+        print(f"{r.key} q={r.item.q} outcome={c.base_outcome} site={r.parsed.site} lock={c.lock_sentence}  {curve}")
+    return 0
+
+
+def cmd_twin(args: argparse.Namespace) -> int:
+    from agentmill.methods.first_token_probe.config import ProbeConfig
+    from agentmill.methods.first_token_probe.probes import fit_probes
+    from agentmill.methods.first_token_probe.synthetic import SyntheticTwin
+    from agentmill.methods.first_token_probe.valley import valley_depth
+
+    fr = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    tw = SyntheticTwin(n_layers=3, d=32, onset=1, profile=args.profile, snr=args.snr)
+    Htr, ytr, gtr, ptr = tw.sample(args.prompts // 2, 2, fr, seed=args.seed)
+    Hte, yte, gte, _ = tw.sample(args.prompts // 2, 2, fr, seed=args.seed + 1, group_offset=1)
+    grid = fit_probes(Htr, ytr, gtr, ptr, Hte, yte, gte, positions=[f"frac:{f}" for f in fr], layers=[0, 1, 2],
+                      cfg=ProbeConfig(C_grid=(1.0,), n_shuffles=0, bootstrap=10, min_per_class=2),
+                      shuffle_cells=False)
+    import numpy as np
+
+    S = np.stack([grid.fits[(p, 2)].test_scores for p in range(len(fr))], 1)
+    curve, est = valley_depth(S, yte, gte, fr, n_boot=500, seed=args.seed)
+    print(f"twin profile {args.profile}: AUROC by fraction {[round(a, 3) for a in curve]}; valley depth {est.fmt()}")
+    return 0
+
+
+def _organism_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", default="locked", choices=("locked", "deliberative"),
+                   help="which shipped tiny organism (default locked)")
+    p.add_argument("--organism", default=None, help="an organism directory instead of the shipped one")
+    p.add_argument("--allow-unvalidated", action="store_true",
+                   help="use an organism whose gates did not pass (every number is stamped, never a claim)")
+    p.add_argument("--seed", type=int, default=0, help="seed of prompts and sampling (default 0)")
+
+
+def _count_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-c", type=int, default=8, help="C (private data) prompts per split (default 8)")
+    p.add_argument("--n-n", type=int, default=8, help="N (near-miss) prompts per split (default 8)")
+    p.add_argument("--n-b", type=int, default=6, help="B (benign) prompts per split (default 6)")
+    p.add_argument("--n-d", type=int, default=6, help="D (contested) prompts per split (default 6)")
+    p.add_argument("--k", type=int, default=2, help="samples per C/N/B prompt (default 2)")
+    p.add_argument("--k-contested", type=int, default=4, help="samples per D prompt (default 4)")
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("probe", help="first-token safety probes on refusal model organisms (E171)",
+                        description="First-token probes: is the refuse/comply outcome readable before the "
+                                    "thinking?\nProbes by position and layer with controls, prefix-freeze "
+                                    "resampling, and the tiny refusal organisms.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = sp.add_subparsers(dest="probe_cmd", required=True,
+                           help="the subcommand ('agentmill probe SUBCOMMAND -h' shows its flags)")
+    org = ps.add_parser("organism", help="train, validate or show a tiny refusal organism")
+    os_ = org.add_subparsers(dest="organism_cmd", required=True, help="organism subcommand")
+    o = os_.add_parser("show", help="print an organism's card (recipe, gates, validated)")
+    o.add_argument("--variant", default="locked", choices=("locked", "deliberative"),
+                   help="which shipped organism (default locked)")
+    o.add_argument("--organism", default=None, help="an organism directory instead of the shipped one")
+    o.set_defaults(fn=cmd_organism_show)
+    o = os_.add_parser("train", help="train a tiny organism from scratch (minutes on one core)")
+    o.add_argument("--variant", required=True, choices=("locked", "deliberative"), help="trace grammar variant")
+    o.add_argument("--out", required=True, help="new (empty) directory for the model and its card")
+    o.add_argument("--steps", type=int, default=1000, help="optimiser steps (default 1000, the shipped recipe)")
+    o.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and batches (default 0)")
+    o.set_defaults(fn=cmd_organism_train)
+    o = os_.add_parser("validate", help="measure gates R1–R6 and write them into the card (exit 3 if any fails)")
+    o.add_argument("dir", help="the organism directory")
+    o.add_argument("--n-per-cell", type=int, default=40, help="rollouts per gate cell (default 40)")
+    o.add_argument("--seed", type=int, default=1, help="seed of the validation prompts (default 1)")
+    o.set_defaults(fn=cmd_organism_validate)
+    s = ps.add_parser("sample", help="sample and label rollouts of an organism to JSONL")
+    _organism_flags(s)
+    _count_flags(s)
+    s.add_argument("--split", default="probe_test", choices=("organism_train", "probe_train", "probe_test"),
+                   help="prompt split (default probe_test)")
+    s.add_argument("--out", required=True, help="JSONL file for the rollouts")
+    s.set_defaults(fn=cmd_sample)
+    f = ps.add_parser("fit", help="sample probe_train/probe_test rollouts and fit probes by position and layer")
+    _organism_flags(f)
+    _count_flags(f)
+    f.add_argument("--positions", default="think_open,first_generated",
+                   help="comma-separated positions: think_open, prompt_last, first_generated, frac:φ, think_close, "
+                        "answer_first, abs:i (default think_open,first_generated)")
+    f.add_argument("--labels", default="vote", help="label source: vote, truth or a judge id (default vote)")
+    f.add_argument("--shuffles", type=int, default=5, help="shuffled-label refits per cell (default 5)")
+    f.set_defaults(fn=cmd_fit)
+    z = ps.add_parser("freeze", help="prefix-freeze resampling of contested traces (agreement by sentences kept)")
+    _organism_flags(z)
+    z.add_argument("--split", default="probe_test", choices=("organism_train", "probe_train", "probe_test"),
+                   help="prompt split of the contested prompts (default probe_test)")
+    z.add_argument("--traces", type=int, default=4, help="contested base traces (default 4)")
+    z.add_argument("--resamples", type=int, default=4, help="continuations per freeze point (default 4)")
+    z.add_argument("--lam", type=float, default=0.9, help="lock threshold λ (default 0.9)")
+    z.set_defaults(fn=cmd_freeze)
+    t = ps.add_parser("twin", help="probe the synthetic twin (no model): AUROC by trace fraction and valley depth")
+    t.add_argument("--profile", default="valley", choices=("flat", "valley", "ramp"),
+                   help="planted position profile (default valley)")
+    t.add_argument("--prompts", type=int, default=200, help="twin prompts, K = 2 each (default 200)")
+    t.add_argument("--snr", type=float, default=1.5, help="signal-to-noise of the planted signal (default 1.5)")
+    t.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    t.set_defaults(fn=cmd_twin)

@@ -1,0 +1,226 @@
+"""``agentmill forensics``: pre-register hypotheses in a hash-chained registry, replay an episode with one variable
+changed, sweep a dose, and verify registries and replays (docs/methods/forensics.md). A thin face over
+``agentmill.methods.forensics``.
+
+Exit codes: 0 ok; 2 bad input (a tampered registry, an edited replay, an arm that changes more than one thing, an
+off-policy rewind: the message names the line that broke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """examples:
+  agentmill forensics register --registry runs/reg --id H_self --motive self_consistency --category malign --predict actor=developer:-1 --positive-control appeal=asks_to_report --freeze
+  agentmill forensics replay env:loyalty --set actor=developer --out runs/replay
+  agentmill forensics sweep tedium --variable n_errors --n 100 --plot runs/dose.png
+"""
+
+
+def _value(env: Any, variable: str, raw: str) -> Any:
+    """Parse ``raw`` into the member of the variable's domain whose text it is (``100`` -> 100, ``false`` -> False)."""
+    var = env.variable(variable)
+    for x in var.domain:
+        if str(x).lower() == raw.strip().lower() or repr(x) == raw.strip():
+            return x
+    raise ValueError(f"{variable}={raw!r}: not in the domain {list(var.domain)} of env {env.name}")
+
+
+def _agent(env: Any, spec: str) -> Any:
+    from agentmill.methods.forensics import LMAgent, PlantedAgent
+
+    if spec.startswith("planted"):
+        policy = spec.split(":", 1)[1] if ":" in spec else next(iter(env.policies))
+        return PlantedAgent(env, policy)
+    from agentmill.lm import load_lm
+
+    return LMAgent(env, load_lm(spec))
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    from agentmill.methods.forensics import Hypothesis, HypothesisRegistry, Intervention, Prediction
+
+    preds = []
+    for p in args.predict:
+        try:
+            lhs, rest = p.split("=", 1)
+            parts = rest.split(":")
+            value, direction = parts[0], int(parts[1])
+            min_effect = float(parts[2]) if len(parts) > 2 else 0.2
+        except (ValueError, IndexError):
+            raise ValueError(f"--predict {p!r}: expected VARIABLE=VALUE:DIRECTION[:MIN_EFFECT], e.g. "
+                             "actor=developer:-1:0.2") from None
+        preds.append(Prediction(lhs, value if value != "dose" else "dose", direction, min_effect))
+    pc = None
+    if args.positive_control:
+        var, _, val = args.positive_control.partition("=")
+        pc = Intervention(var, val)
+    env = None
+    if args.env:
+        from agentmill.methods.forensics import load_env
+
+        env = load_env(args.env)
+        preds = [Prediction(p.variable, p.value if p.value == "dose" else _value(env, p.variable, p.value),
+                            p.direction, p.min_effect) for p in preds]
+        if pc is not None:
+            pc = Intervention(pc.variable, _value(env, pc.variable, pc.value))
+    h = Hypothesis(args.id, args.statement or f"driven by {args.motive}", args.category, args.motive,
+                   tuple(dict.fromkeys(p.variable for p in preds)), tuple(preds), pc, (), args.author)
+    reg = HypothesisRegistry(Path(args.registry))
+    sha = reg.add(h) if args.id not in reg.ids() else reg.revise(args.id, **{k: getattr(h, k) for k in (
+        "statement", "category", "motive", "variables", "predictions", "positive_control")})
+    print(f"registered {args.id} sha256 {sha}")
+    if args.freeze:
+        reg.freeze(args.id)
+        print(f"frozen {args.id}")
+    print(f"registry head {reg.ledger.head}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from agentmill.lm.replay import ReplayMiss
+    from agentmill.methods.forensics import Episode, Intervention, load_env, replay, run_episode
+
+    if args.episode.startswith("env:"):
+        env = load_env(args.episode[4:])
+        ep = run_episode(env, env.values(), _agent(env, args.agent), seed=args.seed, episode_id="cli/incident")
+    else:
+        ep = Episode.load(args.episode)
+        env = ep.env
+    if len(args.set) > 1:
+        from agentmill.methods.forensics import MultiVariableArmError
+
+        raise MultiVariableArmError(f"a replay changes exactly one variable; --set given {len(args.set)} times")
+    change = None
+    if args.set:
+        var, _, raw = args.set[0].partition("=")
+        change = Intervention(var, _value(env, var, raw))
+    rewind: Any = int(args.rewind) if args.rewind.isdigit() else args.rewind
+    try:
+        new = replay(ep, _agent(env, args.agent), change=change, rewind=rewind)
+    except ReplayMiss as e:
+        raise ValueError(str(e)) from None
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        ep.save(out / "original.jsonl")
+        new.save(out / "replayed.jsonl")
+        print(f"wrote {out / 'original.jsonl'} and {out / 'replayed.jsonl'}")
+    changed = [e["payload"]["doc"] for e, f in zip(ep.events, new.events)
+               if e["kind"] == "observation" and e["payload"]["text"] != f["payload"]["text"]]
+    print(json.dumps({"env": env.name, "change": new.header["change"], "rewind_step": new.header["rewind"],
+                      "documents_changed": changed, "action_before": ep.action, "action_after": new.action,
+                      "identical_log": new.tool_log() == ep.tool_log()}, indent=1))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from agentmill.methods.forensics import dose_response, load_env, run_arm
+
+    env = load_env(args.env)
+    var = env.variable(args.variable)
+    if var.kind != "numeric":
+        raise ValueError(f"--variable {args.variable} is {var.kind}; a dose sweep needs a numeric variable "
+                         f"({[v.name for v in env.variables if v.kind == 'numeric']})")
+    agent = _agent(env, args.agent)
+    base = env.values(**{k: _value(env, k, v) for k, v in (s.split("=", 1) for s in args.set)})
+    doses, ys = [], []
+    for d in var.domain:
+        k, n = run_arm(env, {**base, args.variable: d}, agent, n=args.n, seed=args.seed, key=f"sweep/{d}")
+        doses += [d] * n
+        ys += [1] * k + [0] * (n - k)
+    fit = dose_response(np.asarray(doses, float), np.asarray(ys, float), B=args.bootstrap, seed=args.seed,
+                        log_dose=args.log_dose)
+    for d, k, n in fit.rates:
+        print(f"  {args.variable}={d:g}: {k}/{n} = {k / n:.2f}")
+    print(f"d50 = {fit.d50.fmt()}  (bootstrap {args.bootstrap}); trend z = {fit.trend_z:.2f}, p = {fit.trend_p:.3g}; "
+          f"zero_below = {fit.zero_below}")
+    if args.plot:
+        from agentmill.experiments.plotting import pyplot, save
+
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        ax.plot([r[0] for r in fit.rates], [r[1] / r[2] for r in fit.rates], "o", label="observed")
+        g = np.linspace(min(var.domain), max(var.domain), 200)
+        x = np.log(g) if args.log_dose else g
+        ax.plot(g, 1 / (1 + np.exp(-(fit.beta0.value + fit.beta1.value * x))), label="logistic fit")
+        ax.set_xlabel(args.variable)
+        ax.set_ylabel(f"share {env.outcome}")
+        ax.legend()
+        fig.tight_layout()
+        save(fig, Path(args.plot))
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from agentmill.methods.forensics import Episode, HypothesisRegistry, check_replay
+
+    target = Path(args.path)
+    if target.is_dir() and (target / "ledger.jsonl").exists():
+        reg = HypothesisRegistry(target)  # verifies on open; raises naming the line
+        frozen = sum(reg.is_frozen(h) for h in reg.ids())
+        print(f"registry {target}: {len(reg.ledger.events)} lines verify; {len(reg.ids())} hypotheses, {frozen} "
+              f"frozen; head {reg.ledger.head}")
+        return 0
+    if args.replayed is None:
+        raise ValueError(f"{target}: not a registry directory (no ledger.jsonl); to verify a replay pass the "
+                         "original episode and --replayed FILE")
+    var = check_replay(Episode.load(target), Episode.load(args.replayed))
+    print(f"replay verifies: only {var!r} changed, inside its slots" if var else "replay verifies: no change")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sp = sub.add_parser("forensics", help="model forensics: pre-registered hypotheses and single-variable replays "
+                                          "(E174)",
+                        description="Model forensics: register and freeze hypotheses in a hash-chained registry, "
+                                    "replay an episode\nwith exactly one variable changed, sweep a dose, verify.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = sp.add_subparsers(dest="forensics_cmd", required=True,
+                           help="the subcommand ('agentmill forensics SUBCOMMAND -h' shows its flags)")
+    r = ps.add_parser("register", help="add (or revise) a hypothesis in a registry, optionally freezing it")
+    r.add_argument("--registry", required=True, help="registry directory (created if missing; holds ledger.jsonl)")
+    r.add_argument("--id", required=True, help="hypothesis id, e.g. H_self_consistency")
+    r.add_argument("--statement", default="", help="one sentence stating the hypothesis")
+    r.add_argument("--category", default="unknown", choices=("benign", "malign", "unknown"),
+                   help="benign or malign explanation (judged by the same rules)")
+    r.add_argument("--motive", required=True, help="motive label, e.g. tedium, self_consistency")
+    r.add_argument("--predict", action="append", required=True,
+                   help="VARIABLE=VALUE:DIRECTION[:MIN_EFFECT] (direction -1, 0 or 1; VALUE 'dose' for a grid); "
+                        "repeatable")
+    r.add_argument("--positive-control", default="", help="VARIABLE=VALUE known to move the behaviour")
+    r.add_argument("--env", default="", help="environment whose domains parse the values (e.g. loyalty)")
+    r.add_argument("--author", default="cli", help="who registers it (kept in the entry)")
+    r.add_argument("--freeze", action="store_true", help="freeze the hypothesis after registering it")
+    r.set_defaults(fn=cmd_register)
+    p = ps.add_parser("replay", help="replay an episode with one variable changed (checked on the rendered text)")
+    p.add_argument("episode", help="an episode JSONL file, or env:NAME to record a fresh incident episode first")
+    p.add_argument("--set", action="append", default=[], help="VARIABLE=VALUE, the one change (omit: no change)")
+    p.add_argument("--rewind", default="first_exposure",
+                   help="first_exposure (default), start, or a step index not after the first exposure")
+    p.add_argument("--agent", default="planted", help="planted[:POLICY] (default the env's first) or an LM spec")
+    p.add_argument("--seed", type=int, default=0, help="seed of a fresh episode (env:NAME)")
+    p.add_argument("--out", default="", help="directory for original.jsonl and replayed.jsonl")
+    p.set_defaults(fn=cmd_replay)
+    w = ps.add_parser("sweep", help="dose-response sweep of a numeric variable: d50, trend test, zero_below")
+    w.add_argument("env", help="environment name (tedium, loyalty, secret_number, sandbag, whistle, oversight)")
+    w.add_argument("--variable", required=True, help="the numeric variable to sweep over its grid")
+    w.add_argument("--set", action="append", default=[], help="VARIABLE=VALUE for the other variables; repeatable")
+    w.add_argument("--agent", default="planted", help="planted[:POLICY] or an LM spec")
+    w.add_argument("--n", type=int, default=100, help="episodes per dose (default 100)")
+    w.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the d50 (default 2000)")
+    w.add_argument("--log-dose", action="store_true", help="fit the logistic on log dose")
+    w.add_argument("--seed", type=int, default=0, help="seed of the episode streams")
+    w.add_argument("--plot", default="", help="write the dose-response curve to this PNG")
+    w.set_defaults(fn=cmd_sweep)
+    v = ps.add_parser("verify", help="verify a registry's hash chain and rules, or a stored replay against its "
+                                     "original")
+    v.add_argument("path", help="a registry directory, or an original episode JSONL file")
+    v.add_argument("--replayed", default=None, help="with an episode file: the replayed episode to check")
+    v.set_defaults(fn=cmd_verify)

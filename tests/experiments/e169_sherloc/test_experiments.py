@@ -1,0 +1,94 @@
+"""Smoke runs of every E169 experiment (measure and plots), and checks that their judges can fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmill.core.executor import make_executor
+from agentmill.core.stats import Estimate
+from agentmill.experiments import get
+from agentmill.experiments.protocol import RunContext
+
+
+def _ctx(tmp_path, profile: str = "smoke") -> RunContext:
+    return RunContext(profile=profile, model="none", executor=make_executor("serial"), work_dir=tmp_path)
+
+
+def test_registered() -> None:
+    from agentmill.experiments.e169_sherloc import MODULES
+
+    assert MODULES == ("tools", "loop", "localize", "injection", "perf")
+    assert get("e169.sherloc_tools").parallel_safe and not get("e169.sherloc_perf").parallel_safe
+
+
+def test_tools_smoke(tmp_path) -> None:
+    exp = get("e169.sherloc_tools")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["s1_checks_passed_share"].value == 1.0, [k for k, v in ctx.data["checks"].items() if not v]
+    assert m["s9_all_files_acc1"].value == 1.0 and m["s9_precision_times_files_max"].value == pytest.approx(1.0)
+    assert exp.judge("quick", m) == {"E169-S1": "supported", "E169-S9a": "supported", "E169-S9b": "supported"}
+    bad = dict(m, s1_checks_passed_share=Estimate.exact(0.95, n=24))
+    assert exp.judge("quick", bad)["E169-S1"] == "not_supported"
+    assert len(exp.plots(ctx.data, tmp_path)) == 1
+
+
+@pytest.mark.slow  # builds and mines the fixture package (~8 sandboxed pytest runs) for the tests below
+def test_loop_smoke(tmp_path) -> None:
+    exp = get("e169.sherloc_loop")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["s2_crashes"].value == 0 and m["s2_labelled_exit_share"].value == 1.0
+    assert all(r["reason"] for r in ctx.data["rows"])
+    v = exp.judge("full", dict(m, s2_crashes=Estimate.exact(1, n=2)))
+    assert v["E169-S2a"] == "not_supported"
+    quick = exp.for_profile("quick", m, ctx.data)  # quick is a pipeline check (scripted arm)
+    assert exp.judge("quick", quick, ctx.data)["E169-S2a"] == "not_judged"
+    assert len(exp.plots(ctx.data, tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_localize_smoke_records_precondition(tmp_path) -> None:
+    exp = get("e169.sherloc_localize")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert "s3_acc1_minus_bm25" not in m and "bm25_acc1" in m
+    assert ctx.data["precondition"].startswith("precondition not met: no endpoint")
+    v = exp.judge("quick", m, ctx.data)
+    assert v == {"E169-S3a": "inconclusive", "E169-S3b": "inconclusive"}
+    assert len(exp.plots(ctx.data, tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_localize_scripted_arm_is_never_judged(tmp_path) -> None:
+    import dataclasses
+
+    exp = get("e169.sherloc_localize")
+    ctx = _ctx(tmp_path)
+    s = dataclasses.replace(exp.setups["smoke"], lm="scripted:sherloc-localizer")
+    m = exp.measure(s, ctx)
+    assert "s3_acc1_minus_bm25_observed" in m
+    assert exp.judge("quick", m, ctx.data)["E169-S3a"] == "not_judged"
+
+
+@pytest.mark.slow
+def test_injection_smoke(tmp_path) -> None:
+    exp = get("e169.sherloc_injection")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert {"scripted_resolve_none", "scripted_resolve_injected"} <= set(m)
+    assert m["scripted_resolve_none"].value == 0.0  # no case file: the scripted repairer has nothing to try
+    assert ctx.data["precondition"].startswith("precondition not met")
+    assert set(exp.judge("quick", m, ctx.data).values()) == {"inconclusive"}
+    assert [p.name for p in exp.plots(ctx.data, tmp_path)] == ["injection_scripted.png", "filter_acc1.png"]
+
+
+@pytest.mark.slow
+def test_perf_smoke(tmp_path) -> None:
+    exp = get("e169.sherloc_perf")
+    ctx = _ctx(tmp_path)
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert m["pf4_speedup"].value > 0 and "pf6_overhead_s_observed" in m and "pf7_speedup" not in m
+    assert exp.judge("quick", m, ctx.data)["E169-PF7"] == "not_judged"
+    assert ctx.data["pf5"]["work_tree_unchanged"]
+    assert len(exp.plots(ctx.data, tmp_path)) == 1
