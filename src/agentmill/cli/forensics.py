@@ -41,7 +41,9 @@ def _agent(env: Any, spec: str) -> Any:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    from agentmill.methods.forensics import Hypothesis, HypothesisRegistry, Intervention, Prediction
+    from agentmill.methods.forensics import Hypothesis, HypothesisRegistry
+    from agentmill.methods.forensics.hypotheses import Prediction
+    from agentmill.methods.forensics.variables import Intervention
 
     preds = []
     for p in args.predict:
@@ -82,7 +84,8 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from agentmill.lm.replay import ReplayMiss
-    from agentmill.methods.forensics import Episode, Intervention, load_env, replay, run_episode
+    from agentmill.methods.forensics import Episode, load_env, replay, run_episode
+    from agentmill.methods.forensics.variables import Intervention
 
     if args.episode.startswith("env:"):
         env = load_env(args.episode[4:])
@@ -91,7 +94,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         ep = Episode.load(args.episode)
         env = ep.env
     if len(args.set) > 1:
-        from agentmill.methods.forensics import MultiVariableArmError
+        from agentmill.methods.forensics.variables import MultiVariableArmError
 
         raise MultiVariableArmError(f"a replay changes exactly one variable; --set given {len(args.set)} times")
     change = None
@@ -120,7 +123,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from agentmill.methods.forensics import dose_response, load_env, run_arm
+    from agentmill.methods.forensics import dose_response, load_env
+    from agentmill.methods.forensics.investigate import run_arm
 
     env = load_env(args.env)
     var = env.variable(args.variable)

@@ -150,7 +150,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
-    from agentmill.methods.sherloc import locations_of, render, scripted_repair
+    from agentmill.methods.sherloc import render, scripted_repair
+    from agentmill.methods.sherloc.casefile import locations_of
 
     rows = _load_case_files(args.file)
     if args.repair == "none":

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from agentmill.core.stats import Estimate
-from agentmill.methods.forensics import (Hypothesis, HypothesisRegistry, Intervention, PlantedAgent, Prediction,
-                                         dose_response, investigate, load_env, plan)
+from agentmill.methods.forensics import (Hypothesis, HypothesisRegistry, PlantedAgent, dose_response, investigate,
+                                         load_env, plan)
+from agentmill.methods.forensics.hypotheses import Prediction
+from agentmill.methods.forensics.variables import Intervention
 from agentmill.methods.forensics.dose import zero_below
 from agentmill.methods.forensics.investigate import mine_hypotheses, run_arm, run_hypotheses
 from agentmill.methods.forensics.verdicts import PredictionResult, compare, judge, positive_control_passes

@@ -6,8 +6,9 @@ import pytest
 
 from agentmill.lm.replay import RecordReplayLM, ReplayMiss
 from agentmill.lm.scripted import ScriptedLM
-from agentmill.methods.forensics import (Episode, Intervention, LMAgent, PlantedAgent, check_replay, load_env,
-                                         planted_responder, replay, run_episode)
+from agentmill.methods.forensics import Episode, LMAgent, PlantedAgent, check_replay, load_env, replay, run_episode
+from agentmill.methods.forensics.agents import planted_responder
+from agentmill.methods.forensics.variables import Intervention
 from agentmill.methods.forensics.episode import OffPolicyRewindError
 from agentmill.methods.forensics.variables import ConfoundedArmError
 

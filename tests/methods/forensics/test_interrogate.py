@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agentmill.methods.forensics import PlantedInterrogatee, belief_test, interrogate, keyword_judge
+from agentmill.methods.forensics import belief_test, interrogate
+from agentmill.methods.forensics.interrogate import PlantedInterrogatee, keyword_judge
 from agentmill.methods.forensics.interrogate import blind_judge
 
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from agentmill.methods.forensics import (Hypothesis, HypothesisRegistry, Intervention, PostDataEditError, Prediction,
-                                         RegistryError, UnfrozenHypothesisError)
+from agentmill.methods.forensics import Hypothesis, HypothesisRegistry, RegistryError
+from agentmill.methods.forensics.hypotheses import PostDataEditError, Prediction, UnfrozenHypothesisError
+from agentmill.methods.forensics.variables import Intervention
 
 
 def _h(hid: str = "H1", var: str = "actor") -> Hypothesis:

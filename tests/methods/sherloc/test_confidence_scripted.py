@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from agentmill.core.stats import auroc
-from agentmill.methods.sherloc import FEATURES, ConfidenceModel, injection_decision
+from agentmill.methods.sherloc import ConfidenceModel, injection_decision
+from agentmill.methods.sherloc.confidence import FEATURES
 from agentmill.methods.sherloc.scripted import function_extent, issue_identifiers
 
 

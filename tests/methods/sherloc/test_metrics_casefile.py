@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentmill.methods.sherloc import (CaseFileError, InstanceScores, Location, RepoSnapshot, aggregate,
-                                       gold_locations, new_case_file, parse_final, render, score, validate)
+from agentmill.methods.sherloc import (CaseFileError, Location, RepoSnapshot, aggregate, gold_locations, new_case_file,
+                                       render, score, validate)
+from agentmill.methods.sherloc.casefile import parse_final
+from agentmill.methods.sherloc.evaluate import InstanceScores
 
 
 def test_pure_insertion_and_adjacent_merge() -> None:

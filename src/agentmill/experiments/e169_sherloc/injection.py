@@ -81,7 +81,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.envs.pyrepo import RepairWorkspace
     from agentmill.experiments.e169_sherloc.instances import load, snapshot_of
     from agentmill.methods.sherloc import (Location, ScriptedLocalizer, SherlocConfig, features, gold_locations,
-                                           localize, locations_of, repair, score, scripted_repair)
+                                           localize, repair, score, scripted_repair)
+    from agentmill.methods.sherloc.casefile import locations_of
 
     pairs = load(s.corpus, s.n_per_package, s.seed, ctx.work_dir, ctx.progress)
     cfg = SherlocConfig(seed=s.seed)

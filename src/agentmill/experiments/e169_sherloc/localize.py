@@ -55,8 +55,8 @@ def _named_files(issue: str, view: list[str]) -> list[str]:
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.core.bm25 import BM25
     from agentmill.experiments.e169_sherloc.instances import load, single_file, snapshot_of
-    from agentmill.methods.sherloc import (Location, ScriptedLocalizer, SherlocConfig, gold_locations, localize,
-                                           locations_of, score)
+    from agentmill.methods.sherloc import Location, ScriptedLocalizer, SherlocConfig, gold_locations, localize, score
+    from agentmill.methods.sherloc.casefile import locations_of
 
     pairs = [(r, t) for r, t in load(s.corpus, s.n_per_package, s.seed, ctx.work_dir, ctx.progress)
              if single_file(t)]

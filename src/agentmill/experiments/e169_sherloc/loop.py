@@ -66,7 +66,8 @@ def make_localizer(spec: str, ctx: RunContext) -> Any:
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.experiments.e169_sherloc.instances import load, snapshot_of
-    from agentmill.methods.sherloc import Location, SherlocConfig, gold_locations, localize, locations_of, score
+    from agentmill.methods.sherloc import Location, SherlocConfig, gold_locations, localize, score
+    from agentmill.methods.sherloc.casefile import locations_of
 
     pairs = load(s.corpus, s.n_per_package, s.seed, ctx.work_dir, ctx.progress)
     lm = make_localizer(s.lm, ctx)

@@ -55,7 +55,8 @@ CLAIMS = (
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.core.stats import holm
-    from agentmill.methods.forensics import Hypothesis, PlantedAgent, Prediction, investigate
+    from agentmill.methods.forensics import Hypothesis, PlantedAgent, investigate
+    from agentmill.methods.forensics.hypotheses import Prediction
     from agentmill.methods.forensics.envs import ENVS, null_env
     from agentmill.methods.forensics.investigate import run_arm, run_hypotheses
     from agentmill.methods.forensics.verdicts import PredictionResult, compare, judge

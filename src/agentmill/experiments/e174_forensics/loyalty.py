@@ -55,7 +55,9 @@ CLAIMS = (
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
-    from agentmill.methods.forensics import Hypothesis, Intervention, PlantedAgent, Prediction, load_env
+    from agentmill.methods.forensics import Hypothesis, PlantedAgent, load_env
+    from agentmill.methods.forensics.hypotheses import Prediction
+    from agentmill.methods.forensics.variables import Intervention
     from agentmill.methods.forensics.investigate import run_arm, run_hypotheses
 
     stamp_prereg(ctx.data)

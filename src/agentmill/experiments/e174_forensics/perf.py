@@ -52,7 +52,8 @@ def _long_env() -> Any:
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.lm.replay import RecordReplayLM
     from agentmill.lm.scripted import ScriptedLM
-    from agentmill.methods.forensics import LMAgent, PlantedAgent, load_env, planted_responder, replay, run_episode
+    from agentmill.methods.forensics import LMAgent, PlantedAgent, load_env, replay, run_episode
+    from agentmill.methods.forensics.agents import planted_responder
     from agentmill.methods.forensics.agents import decision_prompt
 
     env = load_env("loyalty")

@@ -88,9 +88,10 @@ def span_battery(n: int, seed: int) -> tuple[int, list[str]]:
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.lm.replay import RecordReplayLM, ReplayMiss
     from agentmill.lm.scripted import ScriptedLM
-    from agentmill.methods.forensics import (Hypothesis, HypothesisRegistry, LMAgent, PlantedAgent, Prediction,
-                                             PostDataEditError, RegistryError, check_replay, planted_responder,
-                                             replay, run_episode)
+    from agentmill.methods.forensics import (Hypothesis, HypothesisRegistry, LMAgent, PlantedAgent, RegistryError,
+                                             check_replay, replay, run_episode)
+    from agentmill.methods.forensics.agents import planted_responder
+    from agentmill.methods.forensics.hypotheses import Prediction, PostDataEditError
     from agentmill.methods.forensics.envs import ENVS, confounded_fixture
     from agentmill.methods.forensics.episode import Episode, OffPolicyRewindError
     from agentmill.methods.forensics.planner import check_arm

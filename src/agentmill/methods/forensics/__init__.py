@@ -7,23 +7,19 @@ investigation loop (:mod:`.investigate`) and interrogation (:mod:`.interrogate`)
 through them.
 """
 
-from agentmill.methods.forensics.agents import LMAgent, PlantedAgent, Step, planted_responder
+from agentmill.methods.forensics.agents import LMAgent, PlantedAgent
 from agentmill.methods.forensics.config import ForensicsConfig
 from agentmill.methods.forensics.dose import DoseFit, dose_response
-from agentmill.methods.forensics.envs import ENVS, EnvSpec, load_env
-from agentmill.methods.forensics.episode import Episode, OffPolicyRewindError, check_replay, replay, run_episode
-from agentmill.methods.forensics.hypotheses import (Hypothesis, HypothesisRegistry, PostDataEditError, Prediction,
-                                                    RegistryError, UnfrozenHypothesisError)
-from agentmill.methods.forensics.interrogate import PlantedInterrogatee, belief_test, interrogate, keyword_judge
-from agentmill.methods.forensics.investigate import Investigation, investigate, mine_hypotheses, run_arm
+from agentmill.methods.forensics.envs import ENVS, load_env
+from agentmill.methods.forensics.episode import Episode, check_replay, replay, run_episode
+from agentmill.methods.forensics.hypotheses import Hypothesis, HypothesisRegistry, RegistryError
+from agentmill.methods.forensics.interrogate import belief_test, interrogate
+from agentmill.methods.forensics.investigate import Investigation, investigate
 from agentmill.methods.forensics.planner import Plan, plan
-from agentmill.methods.forensics.variables import (Arm, ConfoundedArmError, Intervention, MultiVariableArmError,
-                                                   Variable)
+from agentmill.methods.forensics.variables import Arm, Variable
 from agentmill.methods.forensics.verdicts import HypothesisVerdict, judge
 
-__all__ = ["ENVS", "Arm", "ConfoundedArmError", "DoseFit", "EnvSpec", "Episode", "ForensicsConfig", "Hypothesis",
-           "HypothesisRegistry", "HypothesisVerdict", "Intervention", "Investigation", "LMAgent",
-           "MultiVariableArmError", "OffPolicyRewindError", "Plan", "PlantedAgent", "PlantedInterrogatee",
-           "PostDataEditError", "Prediction", "RegistryError", "Step", "UnfrozenHypothesisError", "Variable",
-           "belief_test", "check_replay", "dose_response", "interrogate", "investigate", "judge", "keyword_judge",
-           "load_env", "mine_hypotheses", "plan", "planted_responder", "replay", "run_arm", "run_episode"]
+__all__ = ["ENVS", "Arm", "DoseFit", "Episode", "ForensicsConfig", "Hypothesis", "HypothesisRegistry",
+           "HypothesisVerdict", "Investigation", "LMAgent", "Plan", "PlantedAgent", "RegistryError", "Variable",
+           "belief_test", "check_replay", "dose_response", "interrogate", "investigate", "judge", "load_env", "plan",
+           "replay", "run_episode"]

@@ -5,19 +5,17 @@ One LM, four read-only tools over a git snapshot and a self-recovering loop writ
 a confidence model that never reads the gold patch, and injected into a repair agent. See docs/methods/sherloc.md.
 """
 
-from agentmill.methods.sherloc.casefile import (SCHEMA, SCHEMA_ID, CaseFileError, locations_of, new_case_file,
-                                                parse_final, render, validate)
-from agentmill.methods.sherloc.confidence import FEATURES, ConfidenceModel, features, injection_decision
-from agentmill.methods.sherloc.config import NEMO_EXCLUDE_DIRS, SherlocConfig
+from agentmill.methods.sherloc.casefile import SCHEMA, CaseFileError, new_case_file, render, validate
+from agentmill.methods.sherloc.confidence import ConfidenceModel, features, injection_decision
+from agentmill.methods.sherloc.config import SherlocConfig
 from agentmill.methods.sherloc.core import LocalizationResult, localize
-from agentmill.methods.sherloc.evaluate import InstanceScores, Location, aggregate, gold_locations, score
+from agentmill.methods.sherloc.evaluate import Location, aggregate, gold_locations, score
 from agentmill.methods.sherloc.repair import RepairRun, repair
 from agentmill.methods.sherloc.scripted import RepairOutcome, ScriptedLocalizer, scripted_repair
 from agentmill.methods.sherloc.snapshot import RepoSnapshot, SnapshotError
-from agentmill.methods.sherloc.tools import RangeSet, Tools, normalise_call
+from agentmill.methods.sherloc.tools import Tools
 
-__all__ = ["CaseFileError", "ConfidenceModel", "FEATURES", "InstanceScores", "LocalizationResult", "Location",
-           "NEMO_EXCLUDE_DIRS", "RangeSet", "RepairOutcome", "RepairRun", "RepoSnapshot", "SCHEMA", "SCHEMA_ID",
-           "ScriptedLocalizer", "SherlocConfig", "SnapshotError", "Tools", "aggregate", "features",
-           "gold_locations", "injection_decision", "localize", "locations_of", "new_case_file", "normalise_call",
-           "parse_final", "render", "repair", "score", "scripted_repair", "validate"]
+__all__ = ["CaseFileError", "ConfidenceModel", "LocalizationResult", "Location", "RepairOutcome", "RepairRun",
+           "RepoSnapshot", "SCHEMA", "ScriptedLocalizer", "SherlocConfig", "SnapshotError", "Tools", "aggregate",
+           "features", "gold_locations", "injection_decision", "localize", "new_case_file", "render", "repair", "score",
+           "scripted_repair", "validate"]
