@@ -11,10 +11,6 @@ import pytest
 from agentmill.lm import hf
 from agentmill.lm.base import LMError
 
-pytestmark = pytest.mark.xdist_group("qwen")
-"""One worker runs this module, so the ~95 s load of the module-scoped ``qwen`` fixture is paid once, not per worker
-(the CI log of 2026-11-29 showed two 95-97 s setups, one on each worker)."""
-
 
 def _chunks(tmp_path, parts):
     paths = []
