@@ -92,3 +92,22 @@ def test_perf_smoke(tmp_path) -> None:
     assert exp.judge("quick", m, ctx.data)["E169-PF7"] == "not_judged"
     assert ctx.data["pf5"]["work_tree_unchanged"]
     assert len(exp.plots(ctx.data, tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_pf7_kept_cache_turn_is_timed_against_a_reprefill_and_plotted(tmp_path) -> None:
+    from dataclasses import replace
+
+    from agentmill.experiments.e169_sherloc.perf import SETUPS, kv_reuse_timing, plots
+    from agentmill.lm import load_lm
+
+    lm = load_lm("tiny:new?layers=1&d=32&heads=2&max_len=2048&seed=2")
+    s = replace(SETUPS["smoke"], pf7_model="tiny:new", pf7_history_tokens=600, pf7_new_tokens=8)
+    est, pf7 = kv_reuse_timing(lm, s)
+    rows = pf7["rows"]
+    assert len(rows) == s.repeats and est.value > 0
+    assert all(r["prompt_tokens"] >= 600 and r["reused"] > 500 and r["prefilled_fresh"] == r["prompt_tokens"]
+               for r in rows)
+    data = {"cpu": {"model": "x"}, "pf4": {"ratios": [5.0]}, "pf5": {"git_s": [1.0], "checkout_s": [2.0]},
+            "pf6": {"repo": "fixture", "bare_s": [1.0], "sandboxed_s": [1.2]}, "pf7": pf7}
+    assert [p.name for p in plots(data, tmp_path)] == ["perf.png"]

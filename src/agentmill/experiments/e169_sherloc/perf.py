@@ -1,4 +1,4 @@
-"""E169 PF-4, PF-5, PF-6 (PF-7 not built): the speed of search, snapshot loading and the sandboxed oracle.
+"""E169 PF-4 … PF-7: the speed of search, snapshot loading, the sandboxed oracle and a kept KV cache.
 
 - PF-4: ``codebase_search``'s scan over a 50,000-line snapshot (50 generated modules × 1,000 lines) against a naive
   scan that lower-cases every line on every query; the tool lower-cases each file once at load and searches it
@@ -9,7 +9,10 @@
 - PF-6: sandboxed pytest (fresh copy + bubblewrap + rlimits) against bare pytest on the same tree, paired and
   interleaved; overhead in seconds per run. Quick times the fixture suite (a pipeline check); the claim is about the
   cachetools suite and is judged at full.
-- PF-7 (SmolLM2 turn with KV reuse) needs ``lm/session.py`` ``ChatSession``, which has not landed: not built.
+- PF-7: one chat turn (120 new tokens at most, greedy) after a ~3,000-token history, with the KV cache kept across
+  turns (``lm.session.ChatSession``) against the same turn re-prefilling the whole conversation (``reuse=False``, the
+  same sampler); both must produce the same tokens, so the two timings decode the same number of tokens. Pairs are
+  interleaved, the order alternating. Full only (loads SmolLM2); quick does not load a model.
 
 Timings depend on load and host; the record names the CPU. Run alone (not parallel_safe).
 """
@@ -44,10 +47,15 @@ class Setup:
     """Repository for PF-5 (``fixture`` or a cached package)."""
     pf6_repo: str = "fixture"
     """Suite for PF-6: ``fixture`` (pipeline check) or a cached package (the claim)."""
+    pf7_model: str = ""
+    """Model for PF-7 (empty: not run at this profile)."""
+    pf7_history_tokens: int = 3000
+    """Length of the conversation before the timed turns."""
+    pf7_new_tokens: int = 120
 
 
 SETUPS = {"smoke": Setup(repeats=2, pf5_repo="fixture"), "quick": Setup(),
-          "full": Setup(repeats=5, pf6_repo="cachetools==8.0.1")}
+          "full": Setup(repeats=5, pf6_repo="cachetools==8.0.1", pf7_model="hf:smollm2")}
 CLAIMS = (
     Claim("E169-PF4a", "codebase_search with lines lower-cased once at load is ≥ 5× faster than a naive "
           "re-lower-casing scan (50k-line snapshot).", "[R] performance target", "≥ 5×", "pf4_speedup", ">=", 5.0),
@@ -163,21 +171,75 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                        "cachetools suite", ctx.data)
     out.update(pf6)
     ctx.progress("PF-6", 3, 3)
-    withhold(ctx.data, ["pf7_speedup"], "not built: needs lm/session.py ChatSession (KV cache kept across turns), "
-                                        "which has not landed")
+    if s.pf7_model:
+        pf7, data["pf7"] = kv_reuse_timing(ctx.load_lm(s.pf7_model), s, progress=ctx.progress)
+        out["pf7_speedup"] = pf7
+    else:
+        withhold(ctx.data, ["pf7_speedup"], "quick loads no model: PF-7 (SmolLM2) is judged at full")
     ctx.data.update(data)
     return out
 
 
+def history(lm: Any, n_tokens: int) -> list[Any]:
+    """A coding-agent conversation of about ``n_tokens`` rendered tokens: tool output (generated source lines) in
+    user turns, short assistant notes between them."""
+    from agentmill.core.types import Message
+
+    snap = big_snapshot()
+    src = iter(ln for p in snap.files() for ln in snap.lines(p))
+    msgs = [Message("system", "You are a coding agent. Read the files you are shown and answer briefly.")]
+    k = 0
+    while len(lm.render(msgs)) < n_tokens:
+        chunk = "\n".join(next(src) for _ in range(40))
+        msgs += [Message("user", f"Tool output of read_file(pkg/mod_{k:02d}.py):\n{chunk}"),
+                 Message("assistant", f"Read part {k} of the module; nothing suspicious yet.")]
+        k += 1
+    return msgs
+
+
+def kv_reuse_timing(lm: Any, s: Setup, *, progress: Any = None) -> tuple[Estimate, dict[str, Any]]:
+    """PF-7: seconds per turn with the cache kept vs re-prefilled, paired and interleaved (see the module doc)."""
+    from agentmill.lm import GenerateConfig
+    from agentmill.lm.session import ChatSession
+
+    cfg = GenerateConfig(max_new_tokens=s.pf7_new_tokens, temperature=0.0)
+    kept = ChatSession(lm, messages=history(lm, s.pf7_history_tokens))
+    kept.send("Which helper returns value_3 + 17? Answer with its name.", cfg)  # primes the cache (untimed)
+    rows = []
+    for r in range(s.repeats):
+        question = f"Summarise what helper_{r * 37 + 5:04d} computes, step by step."
+        fresh = ChatSession(lm, reuse=False, messages=list(kept.messages))
+        timed = {}
+        for arm in (("fresh", "kept") if r % 2 == 0 else ("kept", "fresh")):
+            sess = fresh if arm == "fresh" else kept
+            t0 = time.perf_counter()
+            c = sess.send(question, cfg)
+            timed[arm] = (time.perf_counter() - t0, c, sess.turns[-1])
+        (tf, cf, sf), (tk, ck, sk) = timed["fresh"], timed["kept"]
+        if cf.token_ids != ck.token_ids:
+            raise AssertionError("PF-7: the kept-cache turn generated different tokens from the re-prefilled turn")
+        rows.append({"fresh_s": tf, "kept_s": tk, "prompt_tokens": ck.prompt_tokens, "reused": sk.reused,
+                     "prefilled_kept": sk.prefilled, "prefilled_fresh": sf.prefilled, "generated": sk.generated})
+        if progress:
+            progress("PF-7", r + 1, s.repeats)
+    est = repeats_estimate([x["fresh_s"] / x["kept_s"] for x in rows], log=True)
+    return est, {"model": s.pf7_model, "rows": rows}
+
+
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(9, 2.8))
+    pf7 = data.get("pf7")
+    fig, axes = plt.subplots(1, 4 if pf7 else 3, figsize=(12 if pf7 else 9, 2.8))
     axes[0].bar(["naive", "lower once"], [1.0, 1 / float(np.mean(data["pf4"]["ratios"]))])
     axes[0].set_title("PF-4 search time (relative)", fontsize=8)
     axes[1].bar(["git objects", "checkout+read"], [np.mean(data["pf5"]["git_s"]), np.mean(data["pf5"]["checkout_s"])])
     axes[1].set_title("PF-5 snapshot load (s)", fontsize=8)
     axes[2].bar(["bare", "sandboxed"], [np.mean(data["pf6"]["bare_s"]), np.mean(data["pf6"]["sandboxed_s"])])
     axes[2].set_title(f"PF-6 pytest, {data['pf6']['repo']} (s)", fontsize=8)
+    if pf7:
+        axes[3].bar(["re-prefill", "kept cache"], [np.mean([x["fresh_s"] for x in pf7["rows"]]),
+                                                    np.mean([x["kept_s"] for x in pf7["rows"]])])
+        axes[3].set_title(f"PF-7 turn, {pf7['rows'][0]['prompt_tokens']}-token context (s)", fontsize=8)
     fig.suptitle(f"CPU: {data['cpu']['model'][:50]}", fontsize=8)
     fig.tight_layout()
     p = out / "perf.png"
@@ -195,5 +257,6 @@ EXPERIMENT = Experiment(
     plots=plots,
     quick_budget_s=15,
     scale_note="Timings on this machine (CPU named in the record): a generated 50k-line snapshot (PF-4), cachetools "
-               "8.0.1's git objects (PF-5), the fixture suite at quick and the cachetools suite at full (PF-6).",
+               "8.0.1's git objects (PF-5), the fixture suite at quick and the cachetools suite at full (PF-6), "
+               "SmolLM2 turns after a ~3k-token history at full (PF-7).",
 )
