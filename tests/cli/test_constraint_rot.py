@@ -215,3 +215,11 @@ def test_bad_files_and_generate_flags_exit_2(work, capsys):  # type: ignore[no-u
         assert main(argv) == 2, extra
         assert needle in capsys.readouterr().err
     assert not Path(out).exists()
+
+
+def test_the_parser_s_counter_choices_are_the_method_s_counters() -> None:
+    # The CLI repeats specs.COUNTERS so that building the parser imports no method code; this keeps the twin honest.
+    from agentmill.cli import constraint_rot as cli
+    from agentmill.methods.constraint_rot import specs
+
+    assert cli.COUNTERS == specs.COUNTERS

@@ -45,13 +45,15 @@ def test_brier_and_ece_by_hand() -> None:
     assert reliability_bins([0.2, 0.4, 0.9], [0, 1, 1], bins=2) == [(pytest.approx(0.3), 0.5, 2), (0.9, 1.0, 1)]
 
 
-def test_ece_matches_dspark_copy() -> None:
+def test_dspark_ece_is_the_core_one_with_its_20_bins() -> None:
     from agentmill.methods.dspark.calibration import ece as dspark_ece
 
     rng = np.random.default_rng(1)
     p = rng.random(500)
     y = rng.random(500) < p
-    assert ece(p, y, bins=20) == pytest.approx(dspark_ece(p, y, bins=20))
+    assert dspark_ece(p, y) == ece(p, y, bins=20) != ece(p, y)
+    with pytest.raises(ValueError, match="probabilities"):
+        dspark_ece(p + 1, y)
 
 
 def test_calibrated_scores_have_small_ece_statistically() -> None:

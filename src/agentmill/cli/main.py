@@ -47,6 +47,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agentmill.cli.first_token_probe",
     "agentmill.cli.forensics",
     "agentmill.cli.kernelpro",
+    "agentmill.cli.crosscoder",
+    "agentmill.cli.cliff_tokens",
 )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.calibration import ece as core_ece
 from agentmill.core.stats import auroc
 
 STS_GRID = np.geomspace(0.2, 5.0, 97)
@@ -28,16 +29,9 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def ece(pred: np.ndarray, labels: np.ndarray, bins: int = 20) -> float:
-    """Expected calibration error over ``bins`` equal-width bins: Σ_b (n_b/N)·|mean pred − mean label|."""
-    pred, labels = np.asarray(pred, float), np.asarray(labels, float)
-    if len(pred) == 0:
-        return float("nan")
-    idx = np.minimum((pred * bins).astype(int), bins - 1)
-    tot = 0.0
-    for b in np.unique(idx):
-        m = idx == b
-        tot += m.sum() * abs(pred[m].mean() - labels[m].mean())
-    return float(tot / len(pred))
+    """Expected calibration error over ``bins`` equal-width bins (``core.calibration.ece``; DSpark's default is 20
+    bins)."""
+    return core_ece(pred, labels, bins)
 
 
 def prefix_labels(accepted: Sequence[int], gamma: int) -> np.ndarray:
