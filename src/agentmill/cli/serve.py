@@ -26,10 +26,12 @@ API_KEY_ENV = "AGENTMILL_API_KEY"
 MODELS = ("hf:smollm2", "tiny")
 
 
-def load_engine(spec: str, dtype: str, threads: int, max_model_len: int, tap_layers: tuple[int, ...] = ()):
+def load_engine(spec: str, dtype: str, threads: int, max_model_len: int, tap_layers: tuple[int, ...] = (), *,
+                weights: str = "dense"):
     from agentmill.lm.engine import EngineConfig, LlamaEngine
 
-    ecfg = EngineConfig(dtype=dtype, threads=threads, max_model_len=max_model_len, tap_layers=tap_layers)
+    ecfg = EngineConfig(dtype=dtype, threads=threads, max_model_len=max_model_len, tap_layers=tap_layers,
+                        weights=weights)
     if spec in ("hf:smollm2", "smollm2", "smollm2-135m"):
         return LlamaEngine.smollm2_135m(ecfg), "smollm2-135m"
     if spec == "tiny":
@@ -69,14 +71,14 @@ def resolve(model: str, drafter: str, policy: str) -> tuple[str, str]:
 
 
 def build_spec_engine(model: str, drafter: str, policy: str, *, dtype: str, threads: int, max_model_len: int,
-                      max_num_seqs: int, sps_table: str | None):
+                      max_num_seqs: int, sps_table: str | None, weights: str = "dense"):
     """The served ``SpecEngine`` (and the served model name)."""
     from agentmill.methods.dspark.spec_engine import SpecEngine
     from agentmill.methods.dspark.proposers import NgramProposer
 
     drafter, policy = resolve(model, drafter, policy)
     if drafter in ("none", "ngram"):
-        engine, name = load_engine(model, dtype, threads, max_model_len)
+        engine, name = load_engine(model, dtype, threads, max_model_len, weights=weights)
         if drafter == "none":
             return SpecEngine(engine, max_num_seqs=max_num_seqs), name
         k = int(policy.split(":")[1]) if policy.startswith("fixed:") else 4
@@ -95,7 +97,7 @@ def build_spec_engine(model: str, drafter: str, policy: str, *, dtype: str, thre
     ckpt = Path(drafter) if drafter != "dspark" else None
     layers = tuple(json.loads((ckpt / "config.json").read_text())["dspark"]["target_layer_ids"]) if ckpt else \
         (1, 10, 19, 28)
-    engine, name = load_engine(model, dtype, threads, max_model_len, tap_layers=layers)
+    engine, name = load_engine(model, dtype, threads, max_model_len, tap_layers=layers, weights=weights)
     ckpt = ckpt or shipped_drafter(engine)
     d = DSparkDrafter.load(ckpt, engine)
     sps = None
@@ -164,11 +166,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     api_key = api_key_from(args)
     spec, name = build_spec_engine(args.model, args.drafter, args.policy, dtype=args.dtype, threads=args.threads,
                                    max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                                   sps_table=args.sps_table)
+                                   sps_table=args.sps_table, weights=args.weights)
     loop = BatchingLoop(spec).start()
     app = create_app(loop, served_model_name=args.served_model_name or name, api_key=api_key)
     print(f"agentmill serve: {args.served_model_name or name} on http://{args.host}:{args.port}/v1 "
-          f"(policy {spec.policy}, {args.dtype}, {args.threads} thread(s)"
+          f"(policy {spec.policy}, {args.dtype}, {args.weights} weights, {args.threads} thread(s)"
           f"{', API key required' if api_key else ''})", flush=True)
     if (warning := exposure_warning(args.host, api_key)) is not None:
         print(warning, file=sys.stderr, flush=True)
@@ -243,6 +245,10 @@ def register(sub) -> None:
                     help="longest sequence a request may reach, prompt plus generated tokens (default 2048)")
     sp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="dtype of weights, activations and KV cache (default float32)")
+    sp.add_argument("--weights", choices=("dense", "int8"), default="dense",
+                    help="weights of the dense products: dense (in --dtype) or int8 per output channel with 8-bit "
+                         "activation rows (float32 only; about 2.5x less time per decode step on this project's "
+                         "AVX2 host, quality measured in benchmarks/engine_weights.py) (default dense)")
     sp.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads of the model's forward passes (default 1)")
     sp.add_argument("--drafter", default="auto",

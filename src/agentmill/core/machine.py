@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16")
 """The vector extensions that change this project's timings (int8/bf16 kernels, wide GEMMs)."""
 
 

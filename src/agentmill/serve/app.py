@@ -117,7 +117,8 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
     if api_key is not None:
         app.add_middleware(BearerAuth, key=api_key)
     metrics = ServerMetrics(policy=loop.policy, dtype=loop.target.engine_config.dtype,
-                            threads=loop.target.engine_config.threads)
+                            threads=loop.target.engine_config.threads,
+                            weights=getattr(loop.target.engine_config, "weights", "dense"))
     created = int(time.time())
     vocab = loop.target.vocab_size
     context = loop.context_len

@@ -6,7 +6,7 @@ from typing import Any
 
 
 class ServerMetrics:
-    def __init__(self, *, policy: str, dtype: str, threads: int):
+    def __init__(self, *, policy: str, dtype: str, threads: int, weights: str = "dense"):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
         self.registry = r = CollectorRegistry()
@@ -31,7 +31,7 @@ class ServerMetrics:
             ["reason"], registry=r)
         self.request_seconds = Histogram("agentmill_request_seconds", "request latency", registry=r)
         Info("agentmill", "server configuration", registry=r).info(
-            {"policy": policy, "dtype": dtype, "threads": str(threads)})
+            {"policy": policy, "dtype": dtype, "weights": weights, "threads": str(threads)})
 
     def observe_request(self, done: dict[str, Any]) -> None:
         self.ttft.observe(done.get("ttft", 0.0))

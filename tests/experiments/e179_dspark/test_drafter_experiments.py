@@ -46,6 +46,20 @@ def test_speed_single_user_smoke(art):
 
 
 @pytest.mark.slow
+def test_speed_int8_smoke_is_lossless_on_the_int8_engine_and_quick_withholds_what_it_cannot_judge(art):
+    exp = get("e179.speed_int8")
+    ctx = _ctx(art, "s1i8")
+    m = exp.measure(exp.setups["smoke"], ctx)
+    assert ctx.data["weights"] == "int8" and m["t4_identical_share"].value == 1.0
+    assert "nc7_ar_vs_hf" not in m and all(c.id.endswith("-int8") for c in exp.claims)
+    quick = exp.setups["quick"]
+    assert quick.arms == "fixed:4" and quick.weights == "int8" and exp.setups["full"].hf_prompts == 0
+    assert "s1_speedup_t0_observed" in m  # fixed:4 only, as at quick: reported, not judged
+    assert exp.judge("quick", m, ctx.data)["E179-S1b-int8"] == "not_judged"
+    assert len(exp.plots(ctx.data, art)) >= 1
+
+
+@pytest.mark.slow
 def test_speed_single_user_later_temperatures_run_only_the_later_arms(art):
     """Quick runs only S1b's arm at T = 1 (``later_arms``); T = 0 keeps every arm, so T4 and NC-6 are unchanged."""
     import dataclasses

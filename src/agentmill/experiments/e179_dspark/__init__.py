@@ -10,6 +10,7 @@ MODULES: tuple[str, ...] = (
     "calibration",
     "sampling_equality",
     "speed_single_user",
+    "speed_int8",
     "load_vs_fixed",
     "server",
     "counterexample",

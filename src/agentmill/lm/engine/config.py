@@ -81,6 +81,13 @@ class EngineConfig:
 
     dtype: Literal["float32", "bfloat16", "float64"] = "float32"
     """Weights, activations and KV; logits are always returned as float32."""
+    weights: Literal["dense", "int8"] = "dense"
+    """Format of the dense products' weights (q/k/v, o, gate/up, down, LM head). ``dense``: stored in ``dtype``.
+    ``int8``: int8 per output channel with activations quantised per call (PyTorch's fbgemm/x86 dynamic linear;
+    float32 only); the embedding lookup, norms, attention and KV stay in ``dtype``. Decode reads the weights once
+    per step, so a quarter of the bytes is most of the speed (``lm/engine/quant.py``)."""
+    int8_smooth: float = 0.5
+    """SmoothQuant's α for ``int8`` (0 = no smoothing): per-input-channel scales from a float32 calibration prefill."""
     threads: int = 1
     """torch intra-op threads set by the engine before its forwards (one forward thread; 2 cores here)."""
     max_model_len: int = 2048
@@ -99,5 +106,11 @@ class EngineConfig:
             raise ValueError(f"dtype must be float32, bfloat16 or float64, got {self.dtype!r}")
         if self.threads < 1 or self.max_model_len < 1 or self.kv_budget_bytes < 1:
             raise ValueError("threads, max_model_len and kv_budget_bytes must be positive")
+        if self.weights not in ("dense", "int8"):
+            raise ValueError(f"weights must be dense or int8, got {self.weights!r}")
+        if not 0.0 <= self.int8_smooth <= 1.0:
+            raise ValueError(f"int8_smooth must be in [0, 1], got {self.int8_smooth}")
+        if self.weights == "int8" and self.dtype != "float32":
+            raise ValueError(f"int8 weights run with float32 activations, got dtype={self.dtype!r}")
         if self.attention not in ("per_request", "padded"):
             raise ValueError(f"attention must be per_request or padded, got {self.attention!r}")

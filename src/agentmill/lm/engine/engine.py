@@ -53,9 +53,15 @@ class LlamaEngine:
                          max_len=min(ecfg.max_model_len, cfg.max_position_embeddings))
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
-        self.fingerprint = f"{fingerprint}:{ecfg.dtype}" if fingerprint else ecfg.dtype
         self._threads = capped_threads(ecfg.threads)
         torch.set_num_threads(self._threads)
+        self.quantization: dict[str, Any] | None = None
+        if ecfg.weights == "int8":
+            from agentmill.lm.engine.quant import quantize_int8
+
+            self.quantization = quantize_int8(self, ecfg.int8_smooth)
+        fmt = ecfg.dtype if ecfg.weights == "dense" else f"{ecfg.dtype}:{ecfg.weights}-s{ecfg.int8_smooth:g}"
+        self.fingerprint = f"{fingerprint}:{fmt}" if fingerprint else fmt
 
     # ------------------------------------------------------------------ construction
     @classmethod

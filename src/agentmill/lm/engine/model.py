@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from agentmill.lm.engine.config import EngineConfig, LlamaConfig
 from agentmill.lm.engine.kv import KVPool
+from agentmill.lm.engine.quant import Int8Linear
 
 
 @dataclass
@@ -77,6 +78,10 @@ class LlamaForward:
                 "post_norm": w[p + "post_attention_layernorm.weight"], "gate_up": gate_up,
                 "down": w[p + "mlp.down_proj.weight"],
             })
+        self.head_weight = self.lm_head
+        """The LM head's weight in ``dtype`` (a drafter shares it; ``lm_head`` may become an int8 copy)."""
+        self._record: dict[int, Any] | None = None
+        """While set (int8 calibration), each dense product's input max |x| per channel, keyed by id(weight)."""
         hd = cfg.head_dim
         self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
 
@@ -103,8 +108,7 @@ class LlamaForward:
         rot = torch.cat([-x[..., half:], x[..., :half]], -1)
         return x * cos + rot * sin
 
-    @staticmethod
-    def _lin(x: Any, w: Any, b: Any = None) -> Any:
+    def _lin(self, x: Any, w: Any, b: Any = None) -> Any:
         """``F.linear`` with 2- or 3-row inputs padded to 4 rows. On this CPU the GEMM kernels chosen for 2–3 rows
         were slower than for 4 (LM head: 24.6 / 37.9 ms vs 19.9 ms for 4 rows and 10.6 ms for 1; a whole 2-token
         forward cost more than a 4-token one), which would tax exactly the short verify blocks (ℓ = 1, 2) that a
@@ -112,6 +116,11 @@ class LlamaForward:
         import torch
         import torch.nn.functional as F
 
+        if isinstance(w, Int8Linear):
+            return w(x, b)
+        if self._record is not None:
+            a = x.detach().abs().amax(0).float()
+            self._record[id(w)] = torch.maximum(self._record[id(w)], a) if id(w) in self._record else a
         n = x.shape[0]
         if n in (2, 3):
             return F.linear(torch.cat([x, x.new_zeros((4 - n, x.shape[1]))]), w, b)[:n]

@@ -227,7 +227,7 @@ class DSparkDrafter(nn.Module):
             raise ValueError(f"target_layer_ids {cfg.target_layer_ids} outside [-1, {t.num_layers - 1}]")
         torch.manual_seed(seed)
         vocab = vocab or DraftVocab.full(t.vocab_size)
-        return cls(cfg, t, vocab, engine.model.embed, engine.model.lm_head)
+        return cls(cfg, t, vocab, engine.model.embed, engine.model.head_weight)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -309,7 +309,7 @@ class DSparkDrafter(nn.Module):
                                  f"this target has {getattr(t, f)}")
         v = torch.load(path / "draft_vocab.pt", weights_only=True)
         vocab = DraftVocab(v["d2t"], int(v["vocab_size"]), float(v["coverage"]))
-        model = cls(cfg, t, vocab, engine.model.embed, engine.model.lm_head)
+        model = cls(cfg, t, vocab, engine.model.embed, engine.model.head_weight)
         state = {k: t_.float() for k, t_ in load_file(str(path / "model.safetensors")).items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or [k for k in missing if not k.startswith(("embed_tokens", "lm_head", "d2t", "t2d"))]:

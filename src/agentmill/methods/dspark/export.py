@@ -109,7 +109,7 @@ def load_deepspec(path: Path, engine: Any) -> Any:
     tensors = load_file(str(path / "model.safetensors"))
     vocab = DraftVocab(tensors.pop("d2t"), c["vocab_size"])
     shared = {k: tensors.pop(k) for k in ("embed_tokens.weight", "lm_head.weight") if k in tensors}
-    model = DSparkDrafter(cfg, TargetShape.of(engine), vocab, engine.model.embed, engine.model.lm_head)
+    model = DSparkDrafter(cfg, TargetShape.of(engine), vocab, engine.model.embed, engine.model.head_weight)
     if "lm_head.weight" in shared and not bool((shared["lm_head.weight"].float() == model.lm_head).all()):
         raise ValueError("the exported lm_head does not match this target's LM head on the draft vocabulary")
     model.load_state_dict({from_deepspec_key(k): v.float() for k, v in tensors.items()}, strict=False)

@@ -30,11 +30,12 @@ def asset_dir(name: str = "smollm2-135m") -> Path:
 
 
 def tapped_engine(layers: tuple[int, ...], *, threads: int = 2, final_hidden: bool = False,
-                  model: str = "smollm2") -> Any:
-    """The embedded target with the drafter's layer taps switched on (``tiny`` for tests)."""
+                  model: str = "smollm2", weights: str = "dense") -> Any:
+    """The embedded target with the drafter's layer taps switched on (``tiny`` for tests); ``weights="int8"`` serves
+    the int8 engine (the drafter reads that engine's taps)."""
     from agentmill.lm.engine import EngineConfig, LlamaEngine
 
-    ecfg = EngineConfig(threads=threads, tap_layers=tuple(layers), return_final_hidden=final_hidden)
+    ecfg = EngineConfig(threads=threads, tap_layers=tuple(layers), return_final_hidden=final_hidden, weights=weights)
     if model == "tiny":
         from agentmill.lm.engine.tiny import tiny_llama
 
