@@ -88,6 +88,8 @@ class EngineConfig:
     per step, so a quarter of the bytes is most of the speed (``lm/engine/quant.py``)."""
     int8_smooth: float = 0.5
     """SmoothQuant's α for ``int8`` (0 = no smoothing): per-input-channel scales from a float32 calibration prefill."""
+    int8_outliers: int = 32
+    """Input channels of each int8 product (largest calibration max |x|) computed in a product of their own."""
     threads: int = 1
     """torch intra-op threads set by the engine before its forwards (one forward thread; 2 cores here)."""
     max_model_len: int = 2048
@@ -108,6 +110,8 @@ class EngineConfig:
             raise ValueError("threads, max_model_len and kv_budget_bytes must be positive")
         if self.weights not in ("dense", "int8"):
             raise ValueError(f"weights must be dense or int8, got {self.weights!r}")
+        if self.int8_outliers < 0:
+            raise ValueError(f"int8_outliers must be >= 0, got {self.int8_outliers}")
         if not 0.0 <= self.int8_smooth <= 1.0:
             raise ValueError(f"int8_smooth must be in [0, 1], got {self.int8_smooth}")
         if self.weights == "int8" and self.dtype != "float32":

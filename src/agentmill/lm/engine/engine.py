@@ -59,8 +59,9 @@ class LlamaEngine:
         if ecfg.weights == "int8":
             from agentmill.lm.engine.quant import quantize_int8
 
-            self.quantization = quantize_int8(self, ecfg.int8_smooth)
-        fmt = ecfg.dtype if ecfg.weights == "dense" else f"{ecfg.dtype}:{ecfg.weights}-s{ecfg.int8_smooth:g}"
+            self.quantization = quantize_int8(self, ecfg.int8_smooth, ecfg.int8_outliers)
+        fmt = ecfg.dtype if ecfg.weights == "dense" else \
+            f"{ecfg.dtype}:{ecfg.weights}-s{ecfg.int8_smooth:g}-o{ecfg.int8_outliers}"
         self.fingerprint = f"{fingerprint}:{fmt}" if fingerprint else fmt
 
     # ------------------------------------------------------------------ construction
