@@ -1,0 +1,83 @@
+"""E175 CX-4: the instrument is valid — the tool sibling passes its gates before any claim reads it.
+
+Gates (test split, greedy): sibling strict_format ≥ 0.80 and tool_exact ≥ 0.60 on tool prompts; base
+strict_format ≤ 0.05; sibling opens ``<tool_call>`` on ≤ 0.10 of generic prompts. Judged on the tiny tool pair
+(the planted fallback); the SmolLM2-135M LoRA sibling arm is recorded as precondition not met (not trained here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentmill.core.stats import Estimate, clopper_pearson
+from agentmill.experiments.e175_crosscoder import PAPER
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, plan
+from agentmill.experiments.plotting import pyplot, save
+from agentmill.experiments.protocol import Claim, Experiment, RunContext
+
+
+@dataclass(frozen=True)
+class Setup(PairSetup):
+    pass
+
+
+SETUPS = {"smoke": Setup(**SMOKE), "quick": Setup(plan_only=True), "full": Setup()}
+
+CLAIMS = (
+    Claim("CX-4", "The tool sibling is a valid instrument: all four gates pass (share of gates passed).",
+          f"[R] gates; substrate: {SUBSTRATE}", "—", "cx4_gates_passed_share", ">=", 1.0, judge_on="exact",
+          exact_why="a fixed battery of four pass/fail gates on a fixed seeded test split with greedy decoding"),
+)
+
+
+def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    if setup.plan_only:
+        return plan(ctx, "CX-4 (gates)")
+    b = Bench(setup, ctx)
+    g = b.gates
+    checks = [g.sibling_strict_format >= 0.80, g.sibling_tool_exact >= 0.60, g.base_strict_format <= 0.05,
+              g.sibling_generic_tag_rate <= 0.10]
+    n_t, n_g = g.n_tool, g.n_generic
+    return {"cx4_gates_passed_share": Estimate.exact(sum(checks) / 4, n=4),
+            "sibling_strict_format": clopper_pearson(round(g.sibling_strict_format * n_t), n_t),
+            "sibling_tool_exact": clopper_pearson(round(g.sibling_tool_exact * n_t), n_t),
+            "base_strict_format": clopper_pearson(round(g.base_strict_format * n_t), n_t),
+            "sibling_generic_tag_rate": clopper_pearson(round(g.sibling_generic_tag_rate * n_g), n_g)}
+
+
+def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+    if "gates" not in data:
+        return []
+    plt = pyplot()
+    g = data["gates"]
+    names = ["sib strict", "sib tool", "base strict", "sib generic tag"]
+    vals = [g["sibling_strict_format"], g["sibling_tool_exact"], g["base_strict_format"],
+            g["sibling_generic_tag_rate"]]
+    lims = [(0.80, ">="), (0.60, ">="), (0.05, "<="), (0.10, "<=")]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(names, vals, color=["#4477aa" if (v >= t if d == ">=" else v <= t) else "#cc6677"
+                               for v, (t, d) in zip(vals, lims)])
+    for i, (t, _) in enumerate(lims):
+        ax.hlines(t, i - 0.4, i + 0.4, color="k", ls="--", lw=0.8)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("CX-4 gates (tiny tool pair)")
+    ax.tick_params(axis="x", labelsize=7)
+    return [save(fig, out_dir / "cx4_gates.png")]
+
+
+EXPERIMENT = Experiment(
+    id="e175.crosscoder_organism_gate",
+    title="The tool sibling passes its gates (CX-4)",
+    paper=PAPER,
+    claims=CLAIMS,
+    setups=SETUPS,
+    measure=measure,
+    scale_note=f"{SUBSTRATE} vs ToolRL-Qwen2.5-3B (GRPO); byte-level compact prompts, 20 synthetic tools, one "
+               "harness; SmolLM2 LoRA sibling not built (precondition not met)",
+    plots=plots,
+    parallel_safe=True,
+    quick_budget_s=10,
+    quick_check="tool-pair work is full-only (plan recorded at quick)",
+)
