@@ -42,7 +42,7 @@ def engines(formats: list[str], threads: int) -> dict:
     def cfg(f: str) -> EngineConfig:
         if f.startswith("int8-s"):
             a, _, k = f[6:].partition("-o")
-            return EngineConfig(threads=threads, weights="int8", int8_smooth=float(a), int8_outliers=int(k or 32))
+            return EngineConfig(threads=threads, weights="int8", int8_smooth=float(a), int8_outliers=int(k or 0))
         return EngineConfig(threads=threads, weights=f)
 
     return {f: LlamaEngine.smollm2_135m(cfg(f)) for f in formats}
@@ -125,9 +125,9 @@ def decode_rate(engs: dict, prompt: list[int], new: int, reps: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--formats", default="dense,int8",
-                    help="engine weight formats: dense (float32), int8 (the defaults: SmoothQuant α 0.5, 32 outlier "
-                         "channels), int8-sA-oK (α = A, K outlier channels)")
+    ap.add_argument("--formats", default="dense,int8,int8-s0.5-o32",
+                    help="engine weight formats: dense (float32), int8 (the defaults: SmoothQuant α 0.5, no outlier "
+                         "product), int8-sA-oK (α = A, K outlier channels)")
     ap.add_argument("--prompts", type=int, default=24, help="held-out prompts for the quality measures")
     ap.add_argument("--new", type=int, default=48, help="greedy tokens per prompt")
     ap.add_argument("--seed", type=int, default=3,

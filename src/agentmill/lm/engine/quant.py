@@ -21,12 +21,14 @@ its error measured rather than assumed (``benchmarks/engine_weights.py``):
    s_j = max|X_j|^α / max|W_:,j|^(1−α) and column j of W multiplied by it (the product is unchanged in exact
    arithmetic); max|X_j| comes from one float32 prefill of a fixed calibration text (:data:`CALIBRATION_TEXTS`).
 4. **Outlier channels apart** (LLM.int8(): Dettmers et al., arXiv:2208.07339 [P], who compute them in 16-bit): the
-   ``outliers`` input channels with the largest calibration max |x| (32 by default) go through a second int8 product
-   of their own, so their magnitude no longer sets the scale of the others; it keeps the exact integer path, hence
-   the batch invariance of point 1, which a float product of those columns would not.
+   ``outliers`` input channels with the largest calibration max |x| go through a second int8 product of their own, so
+   their magnitude no longer sets the scale of the others; it keeps the exact integer path, hence the batch
+   invariance of point 1, which a float product of those columns would not. Off by default: the second product's
+   fixed cost per matmul ate the whole speed gain on the AVX2 host (``EngineConfig.int8_outliers``).
 
 On the exploratory prompts (docs/LOG.md, 2026-11-29) mean KL to the float32 engine went 0.087 nats (per-tensor
-scheme) → 0.037 (points 1–2) → 0.020 (3) → 0.005 (4, 32 channels).
+scheme) → 0.037 (points 1–2) → 0.020 (3) → 0.005 (4, 32 channels); on held-out prompts the default (1–3) measured
+0.027 and 1–4 0.012, both short of the rule for serving by default (KL ≤ 0.01, top-1 ≥ 0.97).
 """
 
 from __future__ import annotations
@@ -161,7 +163,7 @@ def calibration_ids(tokenizer: Any, vocab_size: int) -> list[list[int]]:
     return out
 
 
-def quantize_int8(engine: Any, alpha: float, outliers: int = 32) -> dict[str, Any]:
+def quantize_int8(engine: Any, alpha: float, outliers: int = 0) -> dict[str, Any]:
     """Replace the engine's dense weights (q/k/v, o, gate/up, down, LM head) by :class:`Int8Linear`s, smoothed with
     ``alpha`` (0 = no smoothing) and with the ``outliers`` largest input channels in a product of their own, both
     from one float32 prefill of the calibration text. Returns what was done."""
