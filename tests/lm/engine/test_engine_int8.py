@@ -59,9 +59,9 @@ def test_int8_engine_tracks_the_float_engine(engines) -> None:
     assert q8.fingerprint.endswith("float32:int8-s0.5-o0") and not fp.fingerprint.endswith("int8")
 
 
-def test_verifying_a_block_equals_decoding_it_token_by_token(engines) -> None:
-    # The dense products are bitwise batch-invariant (above); attention's masked block path and its one-row path
-    # differ in float rounding (~1e-6), as in the float32 engine.
+def test_verifying_a_block_equals_decoding_it_token_by_token_bitwise(engines) -> None:
+    # Dense products are batch-invariant (above) and a verify block attends row by row (``row_exact``): any float
+    # difference would be re-quantised at the next layer and could grow (it did on SmolLM2 before row_exact).
     _, q8 = engines
     prompt, block = [9, 8, 7, 6, 5, 4], [30, 31, 32, 33, 34]
     s1 = q8.new_sequence()
@@ -70,12 +70,12 @@ def test_verifying_a_block_equals_decoding_it_token_by_token(engines) -> None:
     s2 = q8.new_sequence()
     q8.forward(RaggedBatch().add(s2, prompt, "last"))
     alone = torch.cat([q8.forward(RaggedBatch().add(s2, [t], "last")).logits for t in block])
-    assert torch.allclose(together, alone, atol=1e-4) and torch.equal(together.argmax(-1), alone.argmax(-1))
+    assert torch.equal(together, alone)
     # ... and beside another request in one ragged forward
     s3, s4 = q8.new_sequence(), q8.new_sequence()
     q8.forward(RaggedBatch().add(s3, prompt, "last"))
     mixed = q8.forward(RaggedBatch().add(s4, [1, 2, 3, 4, 5, 6, 7], "all").add(s3, block, "all"))
-    assert torch.allclose(mixed.logits[7:], alone, atol=1e-4)
+    assert torch.equal(mixed.logits[7:], alone)
     out = q8.generate([prompt], SamplingParams(temperature=0, max_tokens=8))
     assert len(out[0]) >= 1
 
