@@ -53,6 +53,7 @@ def quality(ref, eng, prompts: list[list[int]], new: int) -> dict:
     import torch
 
     from agentmill.lm.engine import RaggedBatch, SamplingParams
+    from agentmill.lm.session import common_prefix
 
     greedy = SamplingParams(temperature=0, max_tokens=new, ignore_eos=True)
     kls, agree, same, prefix = [], [], [], []
@@ -70,10 +71,7 @@ def quality(ref, eng, prompts: list[list[int]], new: int) -> dict:
         agree += (lr.argmax(-1) == lf.argmax(-1)).tolist()
         own = eng.generate([p], greedy)[0]
         same.append(own == cont)
-        k = 0
-        while k < min(len(own), len(cont)) and own[k] == cont[k]:
-            k += 1
-        prefix.append(k)
+        prefix.append(common_prefix(own, cont))
     return {"kl_mean": statistics.fmean(kls), "kl_p95": float(torch.tensor(kls).quantile(0.95)),
             "kl_max": max(kls), "argmax_agreement": statistics.fmean(map(float, agree)),
             "positions": len(kls), "identical_continuations": sum(same), "prompts": len(prompts),

@@ -85,3 +85,18 @@ def test_int8_needs_float32_and_a_known_format() -> None:
         EngineConfig(weights="int8", dtype="bfloat16")
     with pytest.raises(ValueError, match="dense or int8"):
         EngineConfig(weights="q3")
+
+
+def test_the_outlier_option_quantises_every_product_and_keeps_no_float_copies() -> None:
+    from agentmill.lm.engine.quant import Int8Linear as Q
+
+    eng = tiny_llama(3, EngineConfig(weights="int8", int8_outliers=8))
+    fp = tiny_llama(3)
+    ids = [5, 17, 3, 88, 42, 1, 9]
+    lf = fp.forward(RaggedBatch().add(fp.new_sequence(), ids, "all")).logits
+    lq = eng.forward(RaggedBatch().add(eng.new_sequence(), ids, "all")).logits
+    kl = (lf.log_softmax(-1).exp() * (lf.log_softmax(-1) - lq.log_softmax(-1))).sum(-1)
+    assert float(kl.mean()) < 0.03 and eng.quantization["outliers"] == 8
+    prods = [L[n] for L in eng.model.layers for n in ("qkv", "o", "gate_up", "down")] + [eng.model.lm_head]
+    assert all(isinstance(p, Q) and len(p.outliers) == 8 for p in prods)
+    assert not any(hasattr(part, "dequantized") for p in prods for part in (p.main, p.side))

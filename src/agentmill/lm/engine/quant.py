@@ -76,7 +76,7 @@ class _RowQuantized:
             qw = torch._make_per_channel_quantized_tensor(q.to(torch.int8), scale,
                                                           torch.zeros(w.shape[0], dtype=torch.long), 0)
             self.packed = torch.ops.quantized.linear_prepack(qw, None)
-        self.dequantized = qw.dequantize()[:, : w.shape[1]]
+        self.dequantized = qw.dequantize()[:, : w.shape[1]]  # for the owner's error measure; it deletes it
         tail = torch.zeros(self.PAD)
         tail[0], tail[1] = 1.0, -1.0
         self._tail = tail
@@ -126,6 +126,9 @@ class Int8Linear:
             deq[:, self.outliers] = self.side.dequantized
         self.rel_error = float((deq - w).norm() / w.norm().clamp_min(1e-30))
         """‖W − Ŵ‖ / ‖W‖ of the packed weights (a cheap proxy; the logits' KL is what counts)."""
+        for part in (self.main, self.side):  # a float copy of every weight would undo the memory int8 saves
+            if part is not None:
+                del part.dequantized
 
     def __call__(self, x: Any, b: Any = None) -> Any:
         x = x.float()
@@ -192,9 +195,9 @@ def quantize_int8(engine: Any, alpha: float, outliers: int = 0) -> dict[str, Any
         amax = stats[id(w)]
         k = min(outliers, w.shape[1] // 4)
         idx = torch.argsort(amax, descending=True)[:k] if k > 0 else None
-        keep = amax if idx is None else amax[torch.isin(torch.arange(w.shape[1]), idx, invert=True)]
-        wk = w if idx is None else w[:, torch.isin(torch.arange(w.shape[1]), idx, invert=True)]
-        return Int8Linear(w, outliers=idx, smooth=smoothing_scales(keep, wk, alpha) if alpha > 0 else None)
+        rest = slice(None) if idx is None else torch.isin(torch.arange(w.shape[1]), idx, invert=True)
+        smooth = smoothing_scales(amax[rest], w[:, rest], alpha) if alpha > 0 else None
+        return Int8Linear(w, outliers=idx, smooth=smooth)
 
     for L in m.layers:
         for n in names:
