@@ -31,6 +31,7 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
     "router": ("cmaes",),
     "coding": ("pyflakes", "jsonschema", "pytest"),
     "cuda-static": ("nvidia",),
+    "kernelpro": ("numba",),
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 

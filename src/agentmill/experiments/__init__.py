@@ -40,6 +40,8 @@ PAPERS: tuple[str, ...] = (
     "agentmill.experiments.e177_kernelpro",
     "agentmill.experiments.e178_red_queen",
     "agentmill.experiments.e179_dspark",
+    "agentmill.experiments.compose_tree_credit",
+    "agentmill.experiments.compose_pinned_serving",
 )
 """Each paper's experiment package. Compositions (``compose_<name>/``) are listed here too when they land."""
 

@@ -36,10 +36,20 @@ class Paper:
 
 
 def _package_for(prefix: str) -> str | None:
+    """A paper's package is named by its prefix and a slug (``e162`` -> ``e162_tree_rollouts``); a composition's
+    prefix is its whole package name (``compose_tree_credit.advantage_auroc`` -> ``compose_tree_credit``)."""
     for package in PAPERS:
-        if package.rsplit(".", 1)[1].split("_", 1)[0] == prefix:
+        name = package.rsplit(".", 1)[1]
+        if name == prefix or (not name.startswith("compose_") and name.split("_", 1)[0] == prefix):
             return package
     return None
+
+
+def _label(prefix: str) -> str:
+    """``E162`` for a paper; ``C-tree-credit`` for the composition ``compose_tree_credit``."""
+    if prefix.startswith("compose_"):
+        return "C-" + prefix.removeprefix("compose_").replace("_", "-")
+    return prefix.upper()
 
 
 def _headline(doc: str | None, label: str) -> str:
@@ -62,7 +72,7 @@ def group_by_paper(experiments: Mapping[str, Experiment]) -> list[Paper]:
         groups.setdefault(exp.id.split(".", 1)[0], []).append(exp)
     out = []
     for prefix, exps in groups.items():
-        label = prefix.upper()
+        label = _label(prefix)
         package = _package_for(prefix)
         if package is not None:
             mod = import_module(package)
