@@ -49,6 +49,19 @@ def test_health_models_metrics(server):
     assert "agentmill_requests_running" in text and 'policy="off"' in text
 
 
+def test_response_headers_name_the_weights_and_the_policy(server):
+    """Every answer, streamed or not, says which weights and which speculation policy served it."""
+    url, _, _ = server
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
+    r = httpx.post(url + "/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200
+    assert (r.headers["x-agentmill-weights"], r.headers["x-agentmill-policy"]) == ("dense", "off")
+    with httpx.stream("POST", url + "/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 3,
+                                                         "stream": True}, timeout=60) as s:
+        assert (s.headers["x-agentmill-weights"], s.headers["x-agentmill-policy"]) == ("dense", "off")
+        assert "[DONE]" in "".join(s.iter_text())
+
+
 def test_completion_equals_engine_greedy(server):
     url, ref, _ = server
     r = client(url).completions.create(model="tiny", prompt="Hello there", max_tokens=20, temperature=0)

@@ -35,6 +35,12 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 
+OUTSIDE_ALL: dict[str, str] = {
+    "llamacpp": "llama-cpp-python, the peer row of benchmarks/engine_vs_llamacpp.py; it compiles llama.cpp for ~9 "
+                "minutes, so neither README command installs it and no test needs it",
+}
+"""Extras that ``all`` leaves out on purpose, with the reason (benchmark-only dependencies that build from source)."""
+
 
 class MissingExtraError(ImportError):
     """An optional dependency is missing; the message names the ``pip install 'agentmill[extra]'`` fix.

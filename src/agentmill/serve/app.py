@@ -116,9 +116,12 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if api_key is not None:
         app.add_middleware(BearerAuth, key=api_key)
+    weights = getattr(loop.target.engine_config, "weights", "dense")
     metrics = ServerMetrics(policy=loop.policy, dtype=loop.target.engine_config.dtype,
-                            threads=loop.target.engine_config.threads,
-                            weights=getattr(loop.target.engine_config, "weights", "dense"))
+                            threads=loop.target.engine_config.threads, weights=weights)
+    # Which weights and which speculation policy answered: a client comparing formats or policies reads it per
+    # response, not from the server's start-up line.
+    served_by = {"x-agentmill-weights": weights, "x-agentmill-policy": loop.policy}
     created = int(time.time())
     vocab = loop.target.vocab_size
     context = loop.context_len
@@ -213,7 +216,8 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                                   {"index": 0, "text": content, "finish_reason": ev["finish_reason"],
                                    "logprobs": None})
                         return JSONResponse({"id": cid, "object": obj, "created": int(time.time()),
-                                             "model": served_model_name, "choices": [choice], "usage": usage(ev)})
+                                             "model": served_model_name, "choices": [choice], "usage": usage(ev)},
+                                            headers=served_by)
             finally:
                 watcher.cancel()
 
@@ -286,7 +290,8 @@ def create_app(loop: BatchingLoop, *, served_model_name: str, api_key: str | Non
                 loop.abort(rid)
                 metrics.aborted.inc()
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", **served_by},
                                  background=BackgroundTask(abort_unfinished))
 
     @app.exception_handler(RequestError)
