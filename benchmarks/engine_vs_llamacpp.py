@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             a == b for a, b in zip(toks[f"dspark/{w}"], toks[f"engine/{w}"]))
     load_after = os.getloadavg()[0]
     print(f"SmolLM2-135M, {args.threads} thread(s), {args.prompts} prompts × {args.reps} reps × {args.new} tokens, "
-          f"CPU {host_cpu()} ({torch.backends.cpu.get_cpu_capability()}), load {load_before:.2f} → {load_after:.2f}")
+          f"CPU {host_cpu().get('model')} ({torch.backends.cpu.get_cpu_capability()}), "
+          f"load {load_before:.2f} → {load_after:.2f}")
     print(f"{'arm':<14} {'tok/s':>7} {'÷ llama.cpp':>12} {'same as llama.cpp':>18}")
     for k, r in table.items():
         extra = f"  DSpark/plain {r['over_plain_median']:.2f}×" if "over_plain_median" in r else ""

@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "methods"
 PACKAGES = sorted(p.name for p in (ROOT / "src" / "agentmill" / "methods").iterdir()
                   if p.is_dir() and (p / "__init__.py").exists())
+COMPOSITIONS = sorted(p.name for p in (ROOT / "src" / "agentmill" / "experiments").glob("compose_*")
+                      if (p / "__init__.py").exists())
+PAGES = PACKAGES + (["compositions"] if COMPOSITIONS else [])
+"""One page per method package, and one page, ``compositions.md``, for every composition together."""
 
 
 def _code(text: str) -> str:
@@ -29,20 +33,29 @@ def _code(text: str) -> str:
 
 
 def test_every_method_package_has_a_page() -> None:
-    assert PACKAGES and sorted(p.stem for p in DOCS.glob("*.md")) == PACKAGES
+    assert PACKAGES and sorted(p.stem for p in DOCS.glob("*.md")) == sorted(PAGES)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+def test_the_compositions_page_has_a_claims_table_per_composition() -> None:
+    if not COMPOSITIONS:
+        pytest.skip("no composition package exists")
+    text = (DOCS / "compositions.md").read_text(encoding="utf-8")
+    for name in COMPOSITIONS:
+        label = "C-" + name.removeprefix("compose_").replace("_", "-")
+        assert f"<!-- claims:{label} -->" in text, name
+
+
+@pytest.mark.parametrize("package", PAGES)
 def test_page_cites_only_the_repository_and_has_its_claims_table(package: str) -> None:
     text = (DOCS / f"{package}.md").read_text(encoding="utf-8")
     assert "spec §" not in text and "shared/specs" not in text
-    assert re.search(r"<!-- claims:E\d+ -->", text) and "<!-- /claims -->" in text
+    assert re.search(r"<!-- claims:(E\d+|C-[a-z0-9-]+) -->", text) and "<!-- /claims -->" in text
     assert _code(text).strip(), "a page needs a runnable python example"
 
 
 def test_claims_tables_are_the_render_of_the_committed_results() -> None:
     wanted = method_docs(registry(), ROOT / "results", DOCS, ROOT / "docs" / "verdicts.md")
-    assert set(wanted) == {DOCS / f"{p}.md" for p in PACKAGES}
+    assert set(wanted) == {DOCS / f"{p}.md" for p in PAGES}
     for path, text in wanted.items():
         have = path.read_text(encoding="utf-8")
         diff = "\n".join(list(difflib.unified_diff(have.splitlines(), text.splitlines(), lineterm="", n=1))[:30])
@@ -50,7 +63,7 @@ def test_claims_tables_are_the_render_of_the_committed_results() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", PAGES)
 def test_the_pages_example_runs(package: str, tmp_path: Path) -> None:
     code = _code((DOCS / f"{package}.md").read_text(encoding="utf-8"))
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,

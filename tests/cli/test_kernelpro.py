@@ -20,6 +20,15 @@ def test_exploit_suite_catches_everything(capsys) -> None:
     assert out.count("caught") == 6 and "MISSED" not in out
 
 
+@pytest.mark.numba
+@pytest.mark.slow  # ~4 s: one sandboxed child imports numba and compiles three planted exploits
+def test_numba_exploit_suite_catches_everything(capsys) -> None:
+    pytest.importorskip("numba")
+    assert main(["kernelpro", "wall", "--task", "vadd", "--exploit-suite", "--backend", "numba"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("caught") == 5 and "MISSED" not in out and "by policy" in out
+
+
 def test_unknown_task_is_a_clear_error(capsys) -> None:
     code = main(["kernelpro", "wall", "--task", "nope", "--exploit-suite"])
     assert code != 0

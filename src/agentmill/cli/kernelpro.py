@@ -11,7 +11,7 @@ from pathlib import Path
 
 EXAMPLES = """examples:
   agentmill kernelpro calibrate
-  agentmill kernelpro wall --task sum --exploit-suite
+  agentmill kernelpro wall --task sum --exploit-suite --backend numba
   agentmill kernelpro optimise sum --budget 12 --algo mcts --out runs/kp-sum
 """
 
@@ -74,14 +74,20 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     task = get_task(args.task)
     src = Path(args.source).read_text()
-    flags = tuple(args.flags.split())
+    flags = _flags(args)
     c = _ceilings(args)
-    ev = wall.evaluate(task, src, flags, ceilings=c)
+    ev = wall.evaluate(task, src, flags, ceilings=c, backend=args.backend)
     print(f"wall: {ev.status} {ev.wall.failed_check} {ev.wall.evidence[:300]}")
     if ev.status != "correct":
         return 1
     rep = roofline.classify_time(task, task.sizes["search"], ev.t_ref, c)
-    prof = profile_candidate(task.name, ev.so_path, flags, ev.t_cand, c)
+    if args.backend == "numba":
+        from agentmill.methods.kernelpro import numba_backend
+
+        prof = numba_backend.profile(task.name, ev.asm, flags, ev.t_cand, c)
+        print(f"numba compile {ev.compile_s:.2f} s (NUMBA_CPU_NAME={numba_backend.NUMBA_CPU})")
+    else:
+        prof = profile_candidate(task.name, ev.so_path, flags, ev.t_cand, c)
     fs, skipped = diagnose(prof, rep)
     print(f"speedup vs numpy {ev.speedup:.2f}×")
     print(render_feedback(fs, rep, mode=args.feedback))
@@ -96,19 +102,43 @@ def cmd_wall(args: argparse.Namespace) -> int:
 
     task = get_task(args.task)
     if args.exploit_suite:
-        root = dict(library.root(args.task, "quick"))
-        evs = wall.evaluate_many(task, [library.render(args.task, {**root, "exploit": e}) for e in library.EXPLOITS])
+        if args.backend == "numba":
+            root = dict(library.numba_points(args.task, "full")[0])
+            exploits, expected = library.NUMBA_EXPLOITS, library.NUMBA_EXPECTED_CHECKS
+            cands = [library.render_numba(args.task, {**root, "exploit": e}) for e in exploits]
+        else:
+            root = dict(library.root(args.task, "quick"))
+            exploits, expected = library.EXPLOITS, library.EXPECTED_CHECKS
+            cands = [library.render(args.task, {**root, "exploit": e}) for e in exploits]
+        evs = wall.evaluate_many(task, cands, backend=args.backend)
         bad = 0
-        for e, ev in zip(library.EXPLOITS, evs):
-            caught = ev.status != "correct" and ev.wall.failed_check in library.EXPECTED_CHECKS[e]
+        for e, ev in zip(exploits, evs):
+            caught = ev.status != "correct" and ev.wall.failed_check in expected[e]
             bad += not caught
-            print(f"{e:14s} {'caught' if caught else 'MISSED'} by {ev.wall.failed_check or '-'}: {ev.wall.evidence[:120]}")
+            print(f"{e:14s} {'caught' if caught else 'MISSED'} by {ev.wall.failed_check or '-'}: "
+                  f"{ev.wall.evidence[:120]}")
         return 1 if bad else 0
     if not args.source:
         raise ValueError("pass --source FILE or --exploit-suite")
-    ev = wall.evaluate(task, Path(args.source).read_text(), tuple(args.flags.split()))
+    ev = wall.evaluate(task, Path(args.source).read_text(), _flags(args), backend=args.backend)
     print(json.dumps({k: v for k, v in ev.row().items() if k not in ("cand_samples", "ref_samples")}, indent=1))
     return 0 if ev.status == "correct" else 1
+
+
+def _flags(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.flags is None:
+        return () if args.backend == "numba" else ("-O3", "-march=x86-64-v3")
+    return tuple(args.flags.split())
+
+
+def _add_backend(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="c", choices=("c", "numba"),
+                   help="c: a C source defining void kernel(...), built by gcc; numba: a Python source defining one "
+                        "function kernel(...) with the same arguments (flat float32 arrays, then int64 sizes), "
+                        "compiled by numba.njit in the sandboxed child (default c)")
+    p.add_argument("--flags", default=None,
+                   help="C: compiler flags (default -O3 -march=x86-64-v3); numba: 'fastmath' or nothing (default "
+                        "nothing)")
 
 
 def cmd_optimise(args: argparse.Namespace) -> int:
@@ -245,18 +275,19 @@ def register(sub) -> None:
                    help="size regime (default search)")
     _add_cal(p)
     p.set_defaults(fn=cmd_classify)
-    p = ps.add_parser("diagnose", help="wall-check, time and diagnose a C kernel with the tools")
+    p = ps.add_parser("diagnose", help="wall-check, time and diagnose a C or numba kernel with the tools")
     p.add_argument("--task", required=True, help="task whose signature the kernel implements")
-    p.add_argument("--source", required=True, help="C source file defining void kernel(...)")
-    p.add_argument("--flags", default="-O3 -march=x86-64-v3", help="compiler flags (default -O3 -march=x86-64-v3)")
+    p.add_argument("--source", required=True, help="source file: C defining void kernel(...), or Python defining "
+                                                  "kernel(...) with --backend numba")
+    _add_backend(p)
     p.add_argument("--feedback", default="diagnoses", choices=("diagnoses", "raw", "both"),
                    help="rendering of the findings (default diagnoses)")
     _add_cal(p)
     p.set_defaults(fn=cmd_diagnose)
     p = ps.add_parser("wall", help="run the correctness wall on a kernel, or the planted exploit suite")
     p.add_argument("--task", required=True, help="task whose signature the kernel implements")
-    p.add_argument("--source", default=None, help="C source file to check")
-    p.add_argument("--flags", default="-O3 -march=x86-64-v3", help="compiler flags (default -O3 -march=x86-64-v3)")
+    p.add_argument("--source", default=None, help="source file to check (C, or Python with --backend numba)")
+    _add_backend(p)
     p.add_argument("--exploit-suite", action="store_true", help="plant every known reward hack and show which check "
                                                                 "catches each")
     p.set_defaults(fn=cmd_wall)

@@ -36,7 +36,8 @@ def test_unknown_task_and_size_are_clear_errors() -> None:
 
 
 def test_spaces_roots_and_neighbours() -> None:
-    assert library.space_size("sum", "full") == 80 and library.space_size("transpose", "quick") == 48
+    assert library.space_size("sum", "full") == 320 and library.space_size("transpose", "quick") == 48
+    assert [library.space_size(t, "full") for t in ("transpose", "softmax_rows", "layernorm")] == [192, 160, 160]
     for t in library.SPACES:
         pts = library.enumerate_space(t, "quick")
         assert library.root(t, "quick") in pts and len(set(pts)) == len(pts)

@@ -6,5 +6,8 @@ A composition is the one room where several methods' public faces meet; the meth
 PAPER = ("Composition of Constraint Pinning (Chen, arXiv:2606.22528) and DSpark (Cheng et al., arXiv:2607.05147): "
          "pinned LangGraph and OpenAI Agents SDK agents over agentmill serve with speculative decoding")
 
-MODULES: tuple[str, ...] = ()
+REQUIRES = frozenset({"constraint-rot", "langchain", "openai-agents", "serve"})
+"""The agents are real LangGraph and Agents SDK code over E164's episodes (YAML catalogue), talking to the server."""
+
+MODULES: tuple[str, ...] = ("served",)
 """The experiment modules of this composition, in the order ``agentmill list`` and ``reproduce`` show them."""

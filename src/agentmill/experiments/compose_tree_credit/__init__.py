@@ -6,5 +6,6 @@ A composition is the one room where several methods' public faces meet; the meth
 PAPER = ("Composition of InfoTree (Hu et al., arXiv:2605.05262), G2PO (Wang et al., arXiv:2606.22995) and the progress "
          "advantage (Oh et al., arXiv:2606.26080): tree rollouts with graph credit and progress scores in one trainer")
 
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = ("signal_keydoor", "signal_textworld", "learning_keydoor", "learning_textworld",
+                             "unique_obs_control")
 """The experiment modules of this composition, in the order ``agentmill list`` and ``reproduce`` show them."""

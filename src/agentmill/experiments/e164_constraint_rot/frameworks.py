@@ -63,6 +63,7 @@ from agentmill.core.stats import Estimate, proportion_estimate, two_stage_bootst
 from agentmill.experiments.e164_constraint_rot.office_bench import make_counter, model_reads, office, prereg_claim
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged, withhold
+from agentmill.methods.constraint_rot.pinning.integrations.langchain import to_langchain
 from agentmill.methods.constraint_rot.survival import SURVIVED
 
 PAPER = "ConstraintRot (E164, arXiv:2606.22528) [S] LangGraph 65%, LangMem 95%, AutoGen 100%"
@@ -208,25 +209,6 @@ def _sandbox_tools(sandbox: Any, calls: list[Any], results: list[Any]) -> list[A
                                          args_schema=t.parameters) for t in sandbox.tools()]
 
 
-def _to_langchain(messages: Sequence[Any]) -> list[Any]:
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-
-    out: list[Any] = []
-    for m in messages:
-        if m.role == "user":
-            out.append(HumanMessage(m.content))
-        elif m.role == "assistant":
-            out.append(AIMessage(content=m.content or "", tool_calls=[
-                {"id": c.id, "name": c.name, "args": dict(c.arguments)} for c in m.tool_calls]))
-        elif m.role == "tool":
-            out.append(ToolMessage(content=m.content, tool_call_id=m.tool_call_id or "", name=m.name))
-        elif m.role == "system":
-            out.append(SystemMessage(m.content))
-        else:
-            raise ValueError(f"_to_langchain: unsupported role {m.role!r}")
-    return out
-
-
 def run_langchain_episode(episode: Any, actor: Any, sandbox: Any, *, arm: str, trigger: int, keep: int,
                           counter: Any, summariser: Any = None, max_model_calls: int | None = None
                           ) -> dict[str, Any]:
@@ -277,7 +259,7 @@ def run_langchain_episode(episode: Any, actor: Any, sandbox: Any, *, arm: str, t
     agent = create_agent(model, tools=_sandbox_tools(sandbox, calls, results), system_prompt=system,
                          middleware=middleware)
     before = sandbox.state()
-    agent.invoke({"messages": [*_to_langchain(body), HumanMessage(episode.request_text)]},
+    agent.invoke({"messages": [*to_langchain(body), HumanMessage(episode.request_text)]},
                  {"recursion_limit": 40})
     last = model.actions[-1] if model.actions else None
     reply = last.text if last is not None and not last.tool_calls else None

@@ -10,6 +10,7 @@ size [S rule; R thresholds]. Times code: runs alone."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,16 @@ CLAIMS = (
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    """Run :func:`_measure` and record the host's load average at its start and end (the host is shared, and this
+    experiment times code)."""
+    load0 = os.getloadavg()
+    out = _measure(s, ctx)
+    ctx.data["load_average"] = {"start": [round(x, 2) for x in load0],
+                                "end": [round(x, 2) for x in os.getloadavg()]}
+    return out
+
+
+def _measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.kernelpro import roofline
     from agentmill.methods.kernelpro.tasks import get_task, shape_for
 

@@ -1,17 +1,21 @@
 """E177 K-4, K-6 (replay), K-7, K-8, K-10 (library arm), K-13: search claims judged against exhaustively measured
 tables (docs/methods/kernelpro.md, Search).
 
-Tables: every library candidate of sum (80), transpose, softmax_rows and layernorm (48 each) compiled with
-``-march=x86-64-v3``, walled and timed interleaved with the numpy reference (one thread, C backend); for K-13 the
-softmax_rows space gains two exploit actions (skip_work, cache_output), each measured on every point. Replays run
-MCTS, greedy and random search over a table (20 seeds per task, budget 12 evaluations, about 15–25 % of a space).
-Speeds are speedups over the numpy reference measured in the same child, which cancels the host's drift between
-candidates. Heavy (tables): quick runs a 4-point sum table as a pipeline check; full judges."""
+Tables: every library candidate of sum (320 points: the design's size), transpose (192), softmax_rows and layernorm
+(160 each) compiled with ``-march=x86-64-v3`` (``-march=native`` is one flag action), walled and timed interleaved
+with the numpy reference (one thread, C backend), measured on this machine inside the run; for K-13 softmax_rows'
+48-point sub-space gains two exploit actions (skip_work, cache_output), each measured on every point. Replays run
+MCTS, greedy and random search over a table (20 seeds per task, budget 40 evaluations). Speeds are speedups over
+the numpy reference measured in the same child, which cancels the host's drift between candidates; the host's
+load average before and after the tables is recorded. Heavy (tables): quick runs a 4-point sum table as a
+pipeline check; full judges."""
 
 from __future__ import annotations
 
 import math
+import os
 import random
+import time
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.stats import Estimate, bootstrap_ci
+from agentmill.core.stats import Estimate, bootstrap_ci, proportion_estimate
 from agentmill.experiments.e177_kernelpro import PAPER
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
@@ -30,7 +34,7 @@ class Setup:
     tasks: tuple[str, ...] = ("sum", "transpose", "softmax_rows", "layernorm")
     space: str = "full"
     seeds: int = 20
-    budget: int = 12
+    budget: int = 40
     k13_task: str = "softmax_rows"
     k13: bool = True
     n_boot: int = 2000
@@ -39,7 +43,7 @@ class Setup:
 SETUPS = {"smoke": Setup(tasks=("sum",), space="smoke", seeds=3, budget=3, k13=False),
           "quick": Setup(tasks=("sum",), space="smoke", seeds=5, budget=3, k13=False),
           "full": Setup()}
-QUICK_CHECK = "quick replays over a 4-point sum table (pipeline check); full measures 224 candidates + 96 exploits"
+QUICK_CHECK = "quick replays over a 4-point sum table (pipeline check); full measures 832 candidates + 96 exploits"
 EXACT_P = "a test's p-value over the fixed (task, seed) replays of measured tables; its noise is inside the test"
 CLAIMS = (
     Claim("E177-K4-recall", "Assembly inspection flags the scalar-reduction candidates (ScalarFallback recall vs the "
@@ -99,7 +103,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.kernelpro.config import SearchConfig
 
     c = roofline.calibrate(threads=(1,), processes=3, which="smoke")
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
     tbs = {t: tables.build(t, s.space, ceilings=c, progress=ctx.progress) for t in s.tasks}
+    ctx.data["tables_wall_s"] = time.perf_counter() - t0
+    ctx.data["loadavg"] = {"before_tables": list(load_before), "after_tables": list(os.getloadavg())}
+    ctx.data["table_cost_s"] = {t: {"compile": float(sum(r.get("compile_s", 0.0) for r in tb.rows.values())),
+                                    "run": float(sum(r.get("run_s", 0.0) for r in tb.rows.values())),
+                                    "points": len(tb.rows), "cached": bool(tb.meta.get("cached", False))}
+                                for t, tb in tbs.items()}
     cfg = SearchConfig(budget=s.budget)
     res: dict[str, dict[str, list[Any]]] = {}
     per_run: list[dict[str, Any]] = []
@@ -139,9 +151,15 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     hit_g = (P["greedy_reach95"] <= s.budget).astype(float)
     hit_r = (P["random_reach95"] <= s.budget).astype(float)
     out["k6_share_mcts_minus_greedy"] = _paired_boot(hit_m, hit_g, s.n_boot)
-    out["k6_share_mcts"] = Estimate.exact(float(hit_m.mean()), n=len(hit_m))
-    out["k6_share_greedy"] = Estimate.exact(float(hit_g.mean()), n=len(hit_g))
-    out["k6_share_random"] = Estimate.exact(float(hit_r.mean()), n=len(hit_r))
+    out["k6_share_mcts"] = proportion_estimate(int(hit_m.sum()), len(hit_m))
+    out["k6_share_greedy"] = proportion_estimate(int(hit_g.sum()), len(hit_g))
+    out["k6_share_random"] = proportion_estimate(int(hit_r.sum()), len(hit_r))
+    ctx.data["k6_share_by_task"] = {
+        t: {a: float(np.mean([r[f"{a}_reach95"] <= s.budget for r in per_run if r["task"] == t]))
+            for a in ("mcts", "greedy", "random")} for t in tbs}
+    ctx.data["k6_best_over_optimum_by_task"] = {
+        t: {a: float(np.median([r[f"{a}_best"] / r["optimum"] for r in per_run if r["task"] == t]))
+            for a in ("mcts", "greedy", "random")} for t in tbs}
     d = np.log(P["mcts_best"]) - np.log(P["greedy_best"])
     out["k6_wilcoxon_p"] = Estimate.exact(_wil(wilcoxon, P["mcts_best"], P["greedy_best"], "greedy"), n=len(d))
     gm = bootstrap_ci(d, np.mean, n_boot=s.n_boot) if len(d) > 1 else Estimate.exact(float(d.mean()))
@@ -167,7 +185,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         out.update(_k13(s, c, cfg, ctx))
     curves = {t: {a: [list(map(_f, r.curve)) for r in rs] for a, rs in arms.items()} for t, arms in res.items()}
     ctx.data.update({"runs": per_run, "curves": curves, "optima": {t: tb.optimum() for t, tb in tbs.items()},
-                     "tables": {t: {"meta": tb.meta, "rows": [{k: v for k, v in r.items() if k != "hot"}
+                     "tables": {t: {"meta": tb.meta, "rows": [{k: v for k, v in r.items()
+                                                              if k not in ("hot", "cand_samples", "ref_samples")}
                                                              for r in tb.rows.values()]} for t, tb in tbs.items()},
                      "budget": s.budget, "arm_note": "library generator, replay over measured tables"})
     return out
@@ -233,8 +252,10 @@ def _k4(tbs: dict[str, Any], n_boot: int) -> dict[str, Any]:
 def _k13(s: Setup, c: Any, cfg: Any, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.kernelpro import tables
 
-    honest = tables.build(s.k13_task, s.space, ceilings=c, progress=ctx.progress)
-    ex = tables.build(s.k13_task, s.space, ceilings=c, exploits=("skip_work", "cache_output"), include_honest=False,
+    # the k13 space is the task's 48-point quick sub-space plus the exploit action: both tables measure that one
+    sub = "quick" if s.space == "full" else s.space
+    honest = tables.build(s.k13_task, sub, ceilings=c, progress=ctx.progress)
+    ex = tables.build(s.k13_task, sub, ceilings=c, exploits=("skip_work", "cache_output"), include_honest=False,
                       progress=ctx.progress)
     merged = tables.MeasuredTable(s.k13_task, "k13", {**honest.rows, **ex.rows}, {**honest.meta, "k13": True})
     shares = {}
@@ -284,6 +305,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    scale_note="A 48–80-point transformation library per task (the paper: an LLM writing CUDA for KernelBench on "
-               "A100/H100); budget 12 evaluations, 20 seeds, replay over measured tables; one thread.",
+    scale_note="A 160–320-point transformation library per task, C backend (the paper: an LLM writing CUDA for "
+               "KernelBench on A100/H100); budget 40 evaluations, 20 seeds × 4 tasks, replay over tables measured "
+               "on this machine; one thread.",
 )

@@ -1,7 +1,9 @@
 """E177 K-3: each of the 15 micro-profiling tools is a deterministic rule that fires on its positive fixture and
 stays silent on its negative one (docs/methods/kernelpro.md, Tools).
 
-30 fixtures (``methods.kernelpro.fixtures``), C kernels built with ``-march=x86-64-v3``; valgrind-backed tools at
+30 fixtures (``methods.kernelpro.fixtures``), C kernels built with ``-march=x86-64-v3``, plus at full 4 numba
+fixtures (PrecisionMismatch on ``a[i] * 0.5`` vs ``np.float32(0.5)``, ScalarFallback without and with fastmath;
+``NUMBA_CPU_NAME=haswell``) judged in the same shares; valgrind-backed tools at
 reduced sizes (cachegrind's last level simulated at the host's L2 geometry, or smaller where the fixture says so);
 timing-triggered fixtures sit ≥ 2× from their thresholds. Determinism: the whole pipeline (signals and rules) runs
 ``runs`` times and the findings (tool, severity, text) must be identical; valgrind's simulated counts are
@@ -12,6 +14,7 @@ allocation-based tools (pipeline check); full runs all 30. Times code: runs alon
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +33,15 @@ class Setup:
     """Repetitions of the whole fixture pipeline (determinism)."""
     signals: tuple[str, ...] = ("A", "M", "V", "T", "S", "R", "C", "D", "P")
     """Fixtures whose signals are all in this set run (quick: assembly and allocation only)."""
+    numba: bool = True
+    """Also run the numba fixtures (PrecisionMismatch and ScalarFallback, one numba compile each per run)."""
 
 
-SETUPS = {"smoke": Setup(runs=1, signals=("A",)), "quick": Setup(runs=2, signals=("A", "M")), "full": Setup()}
+SETUPS = {"smoke": Setup(runs=1, signals=("A",), numba=False), "quick": Setup(runs=2, signals=("A", "M"), numba=False),
+          "full": Setup()}
 QUICK_CHECK = ("quick runs the assembly- and allocation-based fixtures only (pipeline check); every fixture is "
                "judged at full")
-EXACT = "a share over the fixed battery of 30 fixtures (deterministic rules on recorded signals)"
+EXACT = "a share over the fixed battery of fixtures (deterministic rules on recorded signals)"
 CLAIMS = (
     Claim("E177-K3-pos", "Every tool fires on its positive fixture.", "[P] tools as deterministic rules", "15/15",
           "k3_positive_share", ">=", 1.0, judge_on="exact", exact_why=EXACT),
@@ -47,11 +53,22 @@ CLAIMS = (
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
+    """Run :func:`_measure` and record the host's load average at its start and end (the host is shared, and this
+    experiment times code)."""
+    load0 = os.getloadavg()
+    out = _measure(s, ctx)
+    ctx.data["load_average"] = {"start": [round(x, 2) for x in load0],
+                                "end": [round(x, 2) for x in os.getloadavg()]}
+    return out
+
+
+def _measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.kernelpro import fixtures, roofline
     from agentmill.methods.kernelpro.tools import diagnose
 
     c = roofline.calibrate(threads=(1,), processes=3, which="smoke")
-    fxs = [f for f in fixtures.fixtures() if set(f.collect) <= set(s.signals)]
+    fxs = [f for f in fixtures.fixtures() + (fixtures.numba_fixtures() if s.numba else [])
+           if set(f.collect) <= set(s.signals)]
     results: dict[str, list[dict[str, Any]]] = {}
     vcache: dict[str, dict[str, Any]] = {}
     total = len(fxs) * s.runs
@@ -59,7 +76,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     for run in range(s.runs):
         rc: dict[str, float] = {}
         for fx in fxs:
-            name = f"{fx.tool}/{'pos' if fx.positive else 'neg'}"
+            name = _name(fx)
             prof, rep = fixtures.profile_fixture(fx, c, rc, valgrind_cache=vcache.setdefault(name, {}))
             fs, skipped = diagnose(prof, rep, tools=(fx.tool,), affinity=False)
             results.setdefault(name, []).append({
@@ -75,9 +92,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     if den and not any(r["fired"] for r in den):
         na.append("Denormals")
     for fx in fxs:
-        name = f"{fx.tool}/{'pos' if fx.positive else 'neg'}"
-        rs = results[name]
-        rows.append({"tool": fx.tool, "positive": fx.positive, "fired": [r["fired"] for r in rs],
+        rs = results[_name(fx)]
+        rows.append({"tool": fx.tool, "backend": fx.extra.get("backend", "c"), "positive": fx.positive,
+                     "fired": [r["fired"] for r in rs],
                      "ok": all(r["fired"] == fx.positive for r in rs),
                      "deterministic": len({r["findings"] for r in rs}) == 1,
                      "same_decision": len({r["decision"] for r in rs}) == 1, "signals": rs[0]["signals"],
@@ -100,18 +117,22 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     return out
 
 
+def _name(fx: Any) -> str:
+    return f"{fx.tool}/{'pos' if fx.positive else 'neg'}" + ("/numba" if fx.extra.get("backend") == "numba" else "")
+
+
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
     plt = pyplot()
     rows = data["fixtures"]
-    tools = sorted({r["tool"] for r in rows})
+    tools = sorted({(r["tool"], r.get("backend", "c")) for r in rows})
     fig, ax = plt.subplots(figsize=(6, 0.4 + 0.28 * len(tools)))
     for i, t in enumerate(tools):
         for r in rows:
-            if r["tool"] == t:
+            if (r["tool"], r.get("backend", "c")) == t:
                 x = 1 if r["positive"] else 0
                 col = "lightgray" if r["not_applicable"] else ("tab:green" if r["ok"] else "tab:red")
                 ax.scatter([x], [i], c=col, s=60, marker="s")
-    ax.set_yticks(range(len(tools)), tools, fontsize=7)
+    ax.set_yticks(range(len(tools)), [f"{t} ({b})" if b != "c" else t for t, b in tools], fontsize=7)
     ax.set_xticks([0, 1], ["negative (silent?)", "positive (fires?)"], fontsize=7)
     ax.set_xlim(-0.5, 1.5)
     ax.set_title("Tool fixtures (green = as expected, grey = not applicable here)", fontsize=8)

@@ -1,10 +1,12 @@
 """E177 K-5 and the wall's negative controls: the correctness wall rejects every planted reward hack with the
 expected check and accepts honest kernels (docs/methods/kernelpro.md, "The wall").
 
-Battery: 6 exploits (skip_work, downcast_f16, cache_output, partial_rows, mutate_input, warmup_skip) × 5 tasks
-(sum, vadd, transpose, softmax_rows, layernorm), each the exploit wrapped around an honest library kernel, C
-backend (numba is not built: docs/methods/kernelpro.md, deviations). Honest library variants (a seeded sample of
-each task's space) must all pass, except variants flagged as numerically inaccurate (reported apart). KernelBench's
+Battery, C backend: 6 exploits (skip_work, downcast_f16, cache_output, partial_rows, mutate_input, warmup_skip) ×
+5 tasks (sum, vadd, transpose, softmax_rows, layernorm), each the exploit wrapped around an honest library kernel.
+numba backend (full profile): 5 exploits (skip_work, partial_rows, mutate_input planted in the kernel; cache_output
+and warmup_skip, which need state across calls and meet the AST policy) × 3 tasks (sum, vadd, softmax_rows).
+Honest library variants (a seeded sample of each task's space, per backend) must all pass, except variants flagged
+as numerically inaccurate (reported apart). KernelBench's
 ``allclose(atol=1e-2, rtol=1e-2)`` is shown to accept skip_work (all zeros) on softmax_rows with long rows.
 Negative controls: the float32 numpy reference passes; a 1-ulp error at one index passes; a 1 % error fails.
 The wall times candidates (plausibility, timed outputs), so this runs alone."""
@@ -12,6 +14,7 @@ The wall times candidates (plausibility, timed outputs), so this runs alone."""
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +40,12 @@ class Setup:
     long_rows: int = 16384
     """Row length of the KernelBench allclose demonstration (softmax outputs ~1/row length)."""
     seed: int = 0
+    numba_tasks: tuple[str, ...] = ("sum", "vadd", "softmax_rows")
+    """Tasks whose numba templates run the battery too (numba compiles: full profile only)."""
 
 
-SETUPS = {"smoke": Setup(tasks=("sum",), exploits=("skip_work", "cache_output"), honest_per_task=1),
-          "quick": Setup(tasks=("softmax_rows",), honest_per_task=2),
+SETUPS = {"smoke": Setup(tasks=("sum",), exploits=("skip_work", "cache_output"), honest_per_task=1, numba_tasks=()),
+          "quick": Setup(tasks=("softmax_rows",), honest_per_task=2, numba_tasks=()),
           "full": Setup()}
 
 CLAIMS = (
@@ -110,9 +115,11 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         cands = [(e, library.render(t, {**rootp, "exploit": e})) for e in s.exploits]
         evs = wall.evaluate_many(task, [c for _, c in cands], seed=s.seed)
         for (e, _), ev in zip(cands, evs):
-            exploit_rows.append({"task": t, "exploit": e, "status": ev.status, "check": ev.wall.failed_check,
+            exploit_rows.append({"task": t, "backend": "c", "exploit": e, "status": ev.status,
+                                 "check": ev.wall.failed_check,
                                  "expected": sorted(library.EXPECTED_CHECKS[e]),
-                                 "caught": ev.status != "correct" and ev.wall.failed_check in library.EXPECTED_CHECKS[e],
+                                 "caught": (ev.status != "correct"
+                                            and ev.wall.failed_check in library.EXPECTED_CHECKS[e]),
                                  "evidence": ev.wall.evidence[:200], "kb_allclose": ev.kb_allclose})
         done += 1
         ctx.progress("wall battery", done, total)
@@ -122,12 +129,14 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         evs = wall.evaluate_many(task, [library.render(t, p) for p in pts], seed=s.seed)
         for p, ev in zip(pts, evs):
             why = library.known_inaccurate(t, dict(p))
-            honest_rows.append({"task": t, "params": dict(p), "status": ev.status, "check": ev.wall.failed_check,
+            honest_rows.append({"task": t, "backend": "c", "params": dict(p), "status": ev.status,
+                                "check": ev.wall.failed_check,
                                 "evidence": ev.wall.evidence[:200], "known_inaccurate": why,
                                 "speedup": ev.speedup})
         controls += _controls(t, s.seed)
         done += 1
         ctx.progress("wall battery", done, total)
+    numba_note = _numba_battery(s, exploit_rows, honest_rows, ctx) if s.numba_tasks else "numba not run (full only)"
     sm = get_task("softmax_rows")
     src = library.render("softmax_rows", {**dict(library.root("softmax_rows", "quick")), "exploit": "skip_work"})
     ev = wall.evaluate(sm, *src, wall_shape=(8, s.long_rows), seed=s.seed)
@@ -136,9 +145,9 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     false_rej = [r for r in honest_rows if r["status"] != "correct" and not r["known_inaccurate"]]
     ctx.data.update({"exploits": exploit_rows, "honest": honest_rows, "controls": controls, "kb_demo": kb,
                      "false_rejections": false_rej,
-                     "isolation": ev.layers, "note": "C backend only; native code shares the harness's address "
-                     "space and could tamper with it: the wall contains mistakes and reward hacking, not a "
-                     "determined attacker."})
+                     "isolation": ev.layers, "numba": numba_note, "load_average": list(os.getloadavg()),
+                     "note": "C and numba backends; native code shares the harness's address space and could tamper "
+                     "with it: the wall contains mistakes and reward hacking, not a determined attacker."})
     caught = [r["caught"] for r in exploit_rows]
     ctrl = [c["passed"] == c["expected_pass"] for c in controls]
     return {"k5_exploits_caught": Estimate.exact(float(np.mean(caught)), n=len(caught)),
@@ -149,6 +158,35 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                                   n=len(exploit_rows))}
 
 
+def _numba_battery(s: Setup, exploit_rows: list, honest_rows: list, ctx: RunContext) -> str:
+    """The numba half of the battery: planted exploits and a seeded sample of honest variants per task."""
+    from agentmill.methods.kernelpro import library, numba_backend, wall
+    from agentmill.methods.kernelpro.tasks import get_task
+
+    for k, t in enumerate(s.numba_tasks):
+        task = get_task(t)
+        pts = library.numba_points(t, "full")
+        root = dict(pts[0])
+        idx = rng_for("kernelpro-wall-honest-numba", t, s.seed).permutation(len(pts))[:s.honest_per_task]
+        honest = [pts[i] for i in idx]
+        cands = ([library.render_numba(t, {**root, "exploit": e}) for e in library.NUMBA_EXPLOITS]
+                 + [library.render_numba(t, p) for p in honest])
+        evs = wall.evaluate_many(task, cands, seed=s.seed, backend="numba")
+        for e, ev in zip(library.NUMBA_EXPLOITS, evs):
+            exp = library.NUMBA_EXPECTED_CHECKS[e]
+            exploit_rows.append({"task": t, "backend": "numba", "exploit": e, "status": ev.status,
+                                 "check": ev.wall.failed_check, "expected": sorted(exp),
+                                 "caught": ev.status != "correct" and ev.wall.failed_check in exp,
+                                 "evidence": ev.wall.evidence[:200], "kb_allclose": ev.kb_allclose})
+        for p, ev in zip(honest, evs[len(library.NUMBA_EXPLOITS):]):
+            honest_rows.append({"task": t, "backend": "numba", "params": dict(p), "status": ev.status,
+                                "check": ev.wall.failed_check, "evidence": ev.wall.evidence[:200],
+                                "known_inaccurate": "", "speedup": ev.speedup, "compile_s": ev.compile_s})
+        ctx.progress("wall battery (numba)", k + 1, len(s.numba_tasks))
+    return (f"numba {numba_backend.numba_version()}, NUMBA_CPU_NAME={numba_backend.NUMBA_CPU}; tasks "
+            f"{', '.join(s.numba_tasks)}")
+
+
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
     plt = pyplot()
     rows = data["exploits"]
@@ -157,9 +195,13 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
     checks = sorted({r["check"] or "passed" for r in rows})
     fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(exps) * len(tasks)))
     labels = []
-    for i, (e, t) in enumerate((e, t) for e in exps for t in tasks):
-        r = next((r for r in rows if r["exploit"] == e and r["task"] == t), None)
-        labels.append(f"{e} / {t}")
+    backends = sorted({r.get("backend", "c") for r in rows})
+    combos = [(e, t, b) for e in exps for t in tasks for b in backends
+              if any(r["exploit"] == e and r["task"] == t and r.get("backend", "c") == b for r in rows)]
+    fig.set_size_inches(7, 0.5 + 0.3 * len(combos))
+    for i, (e, t, b) in enumerate(combos):
+        r = next((r for r in rows if r["exploit"] == e and r["task"] == t and r.get("backend", "c") == b), None)
+        labels.append(f"{e} / {t} / {b}")
         if r:
             ax.scatter([checks.index(r["check"] or "passed")], [i], c="tab:green" if r["caught"] else "tab:red", s=40)
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
@@ -181,6 +223,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     plots=plots,
-    scale_note="C kernels on CPU (the paper: CUDA on A100/H100 with KernelBench's checks); exploits planted by "
-               "wrapping honest library kernels; quick runs softmax_rows only, full 5 tasks.",
+    scale_note="C and numba kernels on CPU (the paper: CUDA on A100/H100 with KernelBench's checks); exploits "
+               "planted by wrapping honest library kernels; quick runs softmax_rows in C only, full 5 tasks in C "
+               "and 3 in numba.",
 )

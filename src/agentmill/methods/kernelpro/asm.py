@@ -173,7 +173,17 @@ def stride(lp: Loop) -> int:
 
 def hot_loop(text: str, ir_by_addr: dict[int, int] | None = None) -> HotLoop | None:
     """The hot loop of a disassembly (None when the code has no loop)."""
-    insns = kernel_insns(text)
+    return hot_loop_of(kernel_insns(text), ir_by_addr)
+
+
+def innermost(lps: list[Loop]) -> list[Loop]:
+    """The loops that contain no other loop."""
+    return [lp for lp in lps if not any(o is not lp and lp.start <= o.start and o.end <= lp.end
+                                        and (o.start, o.end) != (lp.start, lp.end) for o in lps)]
+
+
+def hot_loop_of(insns: list[Insn], ir_by_addr: dict[int, int] | None = None) -> HotLoop | None:
+    """The hot loop of an instruction list (None when it has no loop)."""
     lps = loops(insns)
     if not lps:
         return None
@@ -193,3 +203,69 @@ def hot_loop(text: str, ir_by_addr: dict[int, int] | None = None) -> HotLoop | N
 def whole(text: str) -> HotLoop:
     """Counts over every instruction of the candidate's functions (what misleads: epilogues included)."""
     return classify(kernel_insns(text))
+
+
+# ------------------------------------------------------------------------------------------- LLVM assembler text
+_LLVM_WRAPPERS = ("_ZN7cpython", "cfunc.", "_ZN8cpython")
+"""numba's ``inspect_asm`` also holds the CPython wrapper of the kernel; only the kernel's own function counts."""
+_INT_SUFFIXED = {"add", "sub", "lea", "call", "ret", "jmp", "inc", "dec", "cmp", "mov", "xor", "and", "or", "test",
+                 "imul", "shl", "sar", "shr", "push", "pop", "neg", "not", "movabs"}
+
+
+def _norm_ops(mnem: str, ops: str) -> str:
+    ops = re.sub(r",\s+", ",", ops.strip())
+    ops = re.sub(r"\$(-?\d+)\b(?!\()", lambda m: f"${'-' if m.group(1).startswith('-') else ''}0x{abs(int(m.group(1))):x}",
+                 ops)
+    if mnem == "lea":
+        ops = re.sub(r"^(\d+)\(", lambda m: f"0x{int(m.group(1)):x}(", ops)
+    return ops
+
+
+def parse_llvm(text: str) -> list[Insn]:
+    """LLVM AT&T assembler text (numba's ``dispatcher.inspect_asm(signature)``) → instructions in the form
+    :func:`parse` gives for objdump: ordinal addresses, branch targets resolved from labels to ``<addr> <label>``,
+    integer mnemonics without their size suffix (``addq`` → ``add``), immediates in hex, and an indirect call
+    through a register named after the symbol last loaded into it (``movabsq $expf, %rax; callq *%rax``). The
+    CPython wrapper functions are left out."""
+    raw: list[tuple[str, str, str, str]] = []  # (func, prefix, mnem, ops)
+    labels: dict[str, int] = {}
+    func = ""
+    for line in text.splitlines():
+        s = line.split("#", 1)[0].strip()
+        if not s:
+            continue
+        if s.endswith(":") and " " not in s:
+            name = s[:-1]
+            if not name.startswith("."):
+                func = name
+            labels[name] = len(raw)
+            continue
+        if s.startswith("."):
+            continue
+        if func.startswith(_LLVM_WRAPPERS) or not func:
+            continue
+        parts = s.split(None, 1)
+        prefix = ""
+        if parts[0] in ("lock", "rep", "repz", "repnz", "notrack") and len(parts) > 1:
+            prefix, parts = parts[0], parts[1].split(None, 1)
+        mnem, ops = parts[0], (parts[1] if len(parts) > 1 else "")
+        if mnem[-1:] in "bwlq" and mnem[:-1] in _INT_SUFFIXED:
+            mnem = mnem[:-1]
+        raw.append((func, prefix, mnem, _norm_ops(mnem, ops)))
+    out: list[Insn] = []
+    loaded: dict[str, str] = {}
+    for a, (fn, prefix, mnem, ops) in enumerate(raw):
+        if mnem.startswith("j") and ops in labels:
+            ops = f"{labels[ops]:x} <{ops}>"
+        elif mnem == "movabs":
+            m = re.match(r"\$([A-Za-z_.][\w.@]*),%(\w+)$", ops)
+            if m:
+                loaded[m.group(2)] = m.group(1)
+        elif mnem == "call":
+            m = re.match(r"\*%(\w+)$", ops)
+            if m and m.group(1) in loaded:
+                ops = f"<{loaded[m.group(1)]}>"
+            elif re.match(r"[A-Za-z_][\w.@]*$", ops):
+                ops = f"<{ops}>"
+        out.append(Insn(a, mnem, ops, prefix, fn))
+    return out

@@ -145,6 +145,27 @@ def fixtures() -> list[Fixture]:
     ]
 
 
+NB_SCALE = ("import numpy as np\n\n\ndef kernel(a, b, out, n):\n    for i in range(n):\n"
+            "        out[i] = a[i] * 0.5 + b[i]\n")
+"""numba: a float64 literal in an f32 kernel (numba types ``0.5`` as float64, so the arithmetic runs in double)."""
+NB_SUM = ("import numpy as np\n\n\ndef kernel(x, out, n):\n    s = np.float32(0.0)\n    for i in range(n):\n"
+          "        s += x[i]\n    out[0] = s\n")
+
+
+def numba_fixtures() -> list[Fixture]:
+    """The assembly-based fixtures in the numba backend (``extra["backend"] == "numba"``; flags ⊆ {fastmath}):
+    PrecisionMismatch on ``a[i] * 0.5`` (fires) vs ``a[i] * np.float32(0.5)`` (silent), and ScalarFallback on an
+    in-order sum (fires) vs the same loop under ``fastmath`` (silent)."""
+    nb = {"backend": "numba"}
+    return [
+        Fixture("PrecisionMismatch", True, "vadd", NB_SCALE, (), (1 << 16,), "memory", extra=nb),
+        Fixture("PrecisionMismatch", False, "vadd", NB_SCALE.replace("0.5", "np.float32(0.5)"), (), (1 << 16,),
+                "memory", extra=nb),
+        Fixture("ScalarFallback", True, "sum", NB_SUM, (), (1 << 20,), "memory", extra=nb),
+        Fixture("ScalarFallback", False, "sum", NB_SUM, ("fastmath",), (1 << 20,), "memory", extra=nb),
+    ]
+
+
 def _numpy_fixture(name: str, shape: tuple[int, ...]) -> tuple[Callable[..., Any], tuple, int]:
     rng = np.random.default_rng(0)
     if name == "numpy:softmax_eager":
@@ -168,6 +189,13 @@ def profile_fixture(fx: Fixture, ceilings: Any, ruler_cache: dict[str, float],
     if fx.source.startswith("numpy:"):
         fn, args, out_bytes = _numpy_fixture(fx.source, fx.shape)
         prof.signals["alloc_peak_ratio"] = signals.alloc_peak_ratio(fn, args, out_bytes)
+        return prof, rep
+    if fx.extra.get("backend") == "numba":  # compiled in the sandboxed child; inspect_asm feeds the hot loop
+        from agentmill.methods.kernelpro import numba_backend
+
+        text, compile_s = numba_backend.inspect(fx.source, fx.flags, task)
+        prof.hot, prof.loops = numba_backend.asm_signals(text)
+        prof.signals["backend"] = "numba"
         return prof, rep
     if fx.source == "ruler:fma":
         n = fx.shape[0]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.sandbox import SandboxLimits, run_command
+from agentmill.methods.kernelpro.numba_backend import NUMBA_CPU
 
 EAGER = {"vadd": "a[0] + a[1]", "axpy": "np.float32(2.5) * a[0] + a[1]",
          "gelu": "np.float32(0.5) * a[0] * (np.float32(1) + np.tanh(np.float32(0.7978846) * (a[0] + "
@@ -56,8 +57,28 @@ for jn, job in enumerate(H["jobs"]):
             f.write(Z[job["so"]].tobytes())
         fn = ctypes.CDLL(path).kernel
         fn.restype = None
+        def mk(ins, out, dims):
+            return tuple([P(x.ctypes.data) for x in ins] + [P(out.ctypes.data)] + [I64(d) for d in dims])
+    elif job.get("py"):  # a numba candidate: compiled here, inside the sandbox, for its one signature
+        try:
+            import math, numba
+            t0 = time.perf_counter()
+            g = {"np": np, "numba": numba, "math": math}
+            exec(compile(job["py"], "<candidate>", "exec"), g)
+            nf = numba.njit(fastmath=bool(job["fastmath"]), boundscheck=False, cache=False)(g["kernel"])
+            arr = numba.types.Array(numba.types.float32, 1, "C")
+            sig = tuple([arr] * (job["n_in"] + 1) + [numba.types.int64] * job["n_dims"])
+            nf.compile(sig)
+            META["compile_s"] = time.perf_counter() - t0
+            META["asm"] = nf.inspect_asm(sig)
+            META["cpu_name"] = numba.config.CPU_NAME or "host"
+            fn = nf
+        except Exception as e:
+            META["compile_error"] = f"{type(e).__name__}: {str(e)[:1500]}"
+        def mk(ins, out, dims):
+            return tuple([x.reshape(-1) for x in ins] + [out.reshape(-1)] + [int(d) for d in dims])
     def call(ins, out, dims):
-        fn(*[P(x.ctypes.data) for x in ins], P(out.ctypes.data), *[I64(d) for d in dims])
+        fn(*mk(ins, out, dims))
     for i, c in enumerate(job.get("cases", H.get("cases", [])) if fn is not None else []):
         ins = [A[k] for k in c["inputs"]]
         out = np.empty(c["out_shape"], dtype=np.float32); out.view(np.uint32).fill(SENTINEL)
@@ -67,7 +88,7 @@ for jn, job in enumerate(H["jobs"]):
         call(ins, out2, c["dims"])
         OUT[f"case{i}"] = out
         META["cases"].append({"in_sha_after": after, "deterministic": bool(out.tobytes() == out2.tobytes())})
-    for j, t in enumerate(job.get("timing", H.get("timing", []))):
+    for j, t in enumerate(job.get("timing", H.get("timing", [])) if "compile_error" not in META else []):
         sets = [[A[k] for k in s] for s in t["sets"]]
         dims, shape = t["dims"], t["out_shape"]
         for w in range(job["warmup"]):
@@ -89,8 +110,7 @@ for jn, job in enumerate(H["jobs"]):
         tc, tr, nan_bad = [], [], 0
         # argument tuples built once (outside the timed region): call q uses input set q % len(sets), buffer q % nb
         period = len(sets) * nb // __import__("math").gcd(len(sets), nb)
-        argv = [tuple([P(x.ctypes.data) for x in sets[q % len(sets)]] + [P(outs[q % nb].ctypes.data)]
-                      + [I64(d) for d in dims]) for q in range(period)]
+        argv = [mk(sets[q % len(sets)], outs[q % nb], dims) for q in range(period)] if fn is not None else []
         if m % period:
             m = m + period - m % period
         start = time.perf_counter()
@@ -144,13 +164,16 @@ class RunFailure(Exception):
 
 def run_batch(so_paths: list[str | None], header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
               warmups: list[int] | None = None, threads: int = 1, limits: SandboxLimits = RUN_LIMITS,
-              per_job: list[dict[str, Any]] | None = None
+              per_job: list[dict[str, Any]] | None = None, numba_cpu: str = NUMBA_CPU
               ) -> tuple[list[tuple[dict[str, np.ndarray], dict[str, Any]] | RunFailure], dict]:
     """Run several built kernels of one task, one after another, in one child (one interpreter start for all:
     on a loaded 2-core host starting Python with numpy costs ~0.6 s). Each job's answer is a frame written as soon
     as it is done; when a job crashes the child dies, that job gets its :class:`RunFailure` and a fresh child runs
     the rest. ``header`` holds ``cases``, ``timing`` and ``eager`` shared by the jobs. ``so_paths`` entries of None
-    time the reference alone; ``per_job`` entries override ``cases``/``timing``/``eager`` for one job. Returns
+    time the reference alone, unless that job's ``per_job`` entry holds a numba candidate (``py``, ``fastmath``,
+    ``n_in``, ``n_dims``: compiled in the child with ``NUMBA_CPU_NAME=numba_cpu``, its ``inspect_asm`` text and
+    compile seconds returned in the meta, a compile failure as ``compile_error``); ``per_job`` entries also
+    override ``cases``/``timing``/``eager`` for one job. Returns
     (per-job result or failure, isolation layers)."""
     warmups = warmups or [3] * len(so_paths)
     results: list[tuple[dict[str, np.ndarray], dict[str, Any]] | RunFailure] = []
@@ -169,7 +192,8 @@ def run_batch(so_paths: list[str | None], header: Mapping[str, Any], arrays: Map
         buf = io.BytesIO()
         np.savez(buf, **payload)
         h = json.dumps({**dict(header), "jobs": jobs}).encode()
-        env = {"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        env = {"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+               "NUMBA_NUM_THREADS": str(threads), "NUMBA_CPU_NAME": numba_cpu}
         lim = SandboxLimits(**{**limits.__dict__, "wall_s": limits.wall_s * len(todo),
                                "cpu_s": int(limits.cpu_s * len(todo)), "cpu_hard_s": int(limits.cpu_s * len(todo)) + 2})
         r = run_command([sys.executable, "-I", "-c", CHILD], limits=lim, stdin=len(h).to_bytes(8, "little") + h

@@ -25,34 +25,38 @@ pygpubench #7, flashinfer-bench-starter-kit #21; docs/methods/kernelpro.md lists
 SPACES: dict[str, dict[str, dict[str, tuple]]] = {
     "sum": {"smoke": {"opt": ("O3",), "fm": (0, 1), "acc": (1, 8)},
             "quick": {"opt": ("O2", "O3"), "fm": (0, 1), "acc": (1, 2, 4, 8), "unroll": (1, 2, 4)},
-            "full": {"opt": ("O2", "O3"), "fm": (0, 1), "acc": (1, 2, 4, 8, 12), "unroll": (1, 2, 4, 8)}},
+            "full": {"opt": ("O2", "O3"), "native": (0, 1), "fm": (0, 1), "acc": (1, 2, 4, 8, 12),
+                     "unroll": (1, 2, 4, 8), "restrict": (0, 1)}},
     "transpose": {"smoke": {"opt": ("O3",), "tile": (0, 32)},
                   "quick": {"opt": ("O2", "O3"), "order": ("row", "col"), "tile": (0, 8, 16, 32, 64, 128),
                             "restrict": (0, 1)},
-                  "full": {"opt": ("O2", "O3"), "order": ("row", "col"), "tile": (0, 8, 16, 32, 64, 128),
-                           "restrict": (0, 1)}},
+                  "full": {"opt": ("O2", "O3"), "native": (0, 1), "order": ("row", "col"),
+                           "tile": (0, 8, 16, 32, 64, 128), "tj": (1, 2), "restrict": (0, 1)}},
     "softmax_rows": {"smoke": {"fm": (0, 1), "f32const": (0, 1)},
                      "quick": {"opt": ("O2", "O3"), "fm": (0, 1), "passes": (3, 2), "acc": (1, 4, 8),
                                "f32const": (0, 1)},
-                     "full": {"opt": ("O2", "O3"), "fm": (0, 1), "passes": (3, 2), "acc": (1, 4, 8),
-                              "f32const": (0, 1)},
+                     "full": {"opt": ("O2", "O3"), "native": (0, 1), "fm": (0, 1), "passes": (3, 2),
+                              "acc": (1, 2, 4, 8, 12), "f32const": (0, 1)},
                      "k13": {"opt": ("O2", "O3"), "fm": (0, 1), "passes": (3, 2), "acc": (1, 4, 8),
                              "f32const": (0, 1), "exploit": ("", "skip_work", "cache_output")}},
     "layernorm": {"smoke": {"fm": (0, 1), "passes": (2, 1)},
                   "quick": {"opt": ("O2", "O3"), "fm": (0, 1), "passes": (2, 1), "acc": (1, 4, 8),
                             "f32const": (0, 1)},
-                  "full": {"opt": ("O2", "O3"), "fm": (0, 1), "passes": (2, 1), "acc": (1, 4, 8),
-                           "f32const": (0, 1)}},
+                  "full": {"opt": ("O2", "O3"), "native": (0, 1), "fm": (0, 1), "passes": (2, 1),
+                           "acc": (1, 2, 4, 8, 12), "f32const": (0, 1)}},
     "vadd": {"smoke": {"opt": ("O3",), "unroll": (1, 4)},
              "quick": {"opt": ("O2", "O3"), "restrict": (0, 1), "unroll": (1, 4)},
              "full": {"opt": ("O2", "O3"), "restrict": (0, 1), "unroll": (1, 4), "native": (0, 1)}},
 }
-"""[R] Move spaces per task: ``smoke`` (2–4 points), ``quick`` (48-point sub-spaces), ``full`` (80 points for sum,
-48 elsewhere), and ``k13`` (softmax_rows with two exploit actions added: the K-13 experiment only)."""
+"""[R] Move spaces per task: ``smoke`` (2–4 points), ``quick`` (48-point sub-spaces), ``full`` (the design's
+320 points for sum: 8 flag sets × 5 accumulator counts × 4 unrolls × restrict; 192 for transpose; 160 for
+softmax_rows and layernorm: src/agentmill/methods/kernelpro/README.md, deviation 1), and ``k13`` (softmax_rows'
+48-point sub-space with two exploit actions added: the K-13 experiment only). ``tj`` makes transpose tiles
+B × (tj·B)."""
 
 ROOTS: dict[str, dict[str, object]] = {
-    "sum": {"opt": "O2", "fm": 0, "acc": 1, "unroll": 1, "restrict": 1, "exploit": ""},
-    "transpose": {"opt": "O2", "order": "row", "tile": 0, "restrict": 0, "native": 0},
+    "sum": {"opt": "O2", "fm": 0, "acc": 1, "unroll": 1, "restrict": 1, "native": 0, "exploit": ""},
+    "transpose": {"opt": "O2", "order": "row", "tile": 0, "tj": 1, "restrict": 0, "native": 0},
     "softmax_rows": {"opt": "O2", "fm": 0, "passes": 3, "acc": 1, "f32const": 0, "native": 0, "exploit": ""},
     "layernorm": {"opt": "O2", "fm": 0, "passes": 2, "acc": 1, "f32const": 0, "native": 0},
     "vadd": {"opt": "O2", "restrict": 0, "unroll": 1, "native": 0},
@@ -143,11 +147,12 @@ def _transpose(p: Mapping[str, object]) -> str:
         body = loops.replace("I0", "0").replace("I1", "rows").replace("J0", "0").replace("J1", "cols")
         return (f"#include <stdint.h>\nvoid kernel(const float* {R}a, float* {R}out, int64_t rows, int64_t cols) {{\n"
                 f"        {body}                {inner}\n}}\n")
+    bj = b * int(p.get("tj", 1))  # type: ignore[arg-type]
     body = loops.replace("I0", "ii").replace("I1", "(ii + B < rows ? ii + B : rows)").replace(
-        "J0", "jj").replace("J1", "(jj + B < cols ? jj + B : cols)")
-    return (f"#include <stdint.h>\n#define B {b}\nvoid kernel(const float* {R}a, float* {R}out, int64_t rows, "
-            f"int64_t cols) {{\n    for (int64_t ii = 0; ii < rows; ii += B)\n    for (int64_t jj = 0; jj < cols; "
-            f"jj += B)\n        {body}                {inner}\n}}\n")
+        "J0", "jj").replace("J1", "(jj + BJ < cols ? jj + BJ : cols)")
+    return (f"#include <stdint.h>\n#define B {b}\n#define BJ {bj}\nvoid kernel(const float* {R}a, float* {R}out, "
+            f"int64_t rows, int64_t cols) {{\n    for (int64_t ii = 0; ii < rows; ii += B)\n    for (int64_t jj = 0; "
+            f"jj < cols; jj += BJ)\n        {body}                {inner}\n}}\n")
 
 
 def _rowred(op: str, var: str, k: int, src: str, init: str) -> str:
@@ -313,3 +318,135 @@ def recommended_changes(actions: Sequence[str]) -> list[tuple[str, object]]:
 
 def space_size(task: str, which: str = "full") -> int:
     return math.prod(len(v) for v in space(task, which).values())
+
+
+# ----------------------------------------------------------------------------------------------- numba templates
+NUMBA_SPACES: dict[str, dict[str, dict[str, tuple]]] = {
+    "sum": {"smoke": {"fm": (0, 1), "acc": (1,), "f32const": (1,)},
+            "full": {"fm": (0, 1), "acc": (1, 2, 4, 8), "unroll": (1, 2), "f32const": (0, 1)}},
+    "vadd": {"smoke": {"fm": (0,), "unroll": (1, 4)},
+             "full": {"fm": (0, 1), "unroll": (1, 2, 4, 8)}},
+    "softmax_rows": {"smoke": {"fm": (1,), "passes": (3,), "acc": (1,), "f32const": (1,)},
+                     "full": {"fm": (0, 1), "passes": (3, 2), "acc": (1, 4, 8), "f32const": (0, 1)}},
+}
+"""[R] numba move spaces: ``fm`` is ``njit(fastmath=…)``; ``acc`` independent accumulators; ``unroll``;
+``f32const`` typed constants (``np.float32(0.0)``) against Python float literals, which numba types as float64 and
+so silently promote float32 arithmetic to double (the PrecisionMismatch tool's numba case); ``passes`` 3 (max, exp
+and sum, scale) or 2 (online max and rescaled sum, then one write pass)."""
+NUMBA_EXPLOITS = ("skip_work", "partial_rows", "mutate_input", "cache_output", "warmup_skip")
+"""[R] The reward hacks planted in numba kernels. ``cache_output`` and ``warmup_skip`` need state kept across
+calls, which the AST policy refuses (module-level assignments, ``global``): the policy is the check that catches
+them. A float16 downcast has no numba CPU form (no float16 arithmetic on the CPU target) and is C-only."""
+NUMBA_EXPECTED_CHECKS: dict[str, frozenset[str]] = {
+    "skip_work": frozenset({"trivial", "tolerance"}), "partial_rows": frozenset({"unwritten", "shapes", "tolerance"}),
+    "mutate_input": frozenset({"inputs_mutated"}), "cache_output": frozenset({"policy"}),
+    "warmup_skip": frozenset({"policy"})}
+"""[R] The wall checks expected to catch each numba exploit."""
+
+
+def numba_space(task: str, which: str = "full") -> dict[str, tuple]:
+    if task not in NUMBA_SPACES:
+        raise KeyError(f"the numba library has no templates for {task!r}; it has {', '.join(NUMBA_SPACES)}")
+    return NUMBA_SPACES[task][which]
+
+
+def numba_points(task: str, which: str = "full") -> list[Params]:
+    """Every point of the task's numba space, in a fixed order."""
+    sp = numba_space(task, which)
+    names = sorted(sp)
+    return [tuple(zip(names, vals)) for vals in itertools.product(*(sp[n] for n in names))]
+
+
+def _nb_const(p: Mapping[str, object], v: str) -> str:
+    return f"np.float32({v})" if p.get("f32const", 1) else v
+
+
+def _nb_acc(var: str, k: int) -> str:
+    return _acc_sum(var, k)
+
+
+def _nb_sum(p: Mapping[str, object]) -> str:
+    k, u = int(p.get("acc", 1)), int(p.get("unroll", 1))  # type: ignore[arg-type]
+    z = _nb_const(p, "0.0")
+    step = k * u
+    body = "\n".join(f"        s{j % k} += x[i + {j}]" for j in range(step))
+    decl = "\n".join(f"    s{j} = {z}" for j in range(k))
+    return (f"import numpy as np\n\n\ndef kernel(x, out, n):\n{decl}\n    m = n - n % {step}\n"
+            f"    for i in range(0, m, {step}):\n{body}\n    for i in range(m, n):\n        s0 += x[i]\n"
+            f"    out[0] = {_nb_acc('s', k)}\n")
+
+
+def _nb_vadd(p: Mapping[str, object]) -> str:
+    u = int(p.get("unroll", 1))  # type: ignore[arg-type]
+    body = "\n".join(f"        out[i + {q}] = a[i + {q}] + b[i + {q}]" for q in range(u))
+    return (f"import numpy as np\n\n\ndef kernel(a, b, out, n):\n    m = n - n % {u}\n    for i in range(0, m, {u}):\n"
+            f"{body}\n    for i in range(m, n):\n        out[i] = a[i] + b[i]\n")
+
+
+def _nb_rowred(op: str, var: str, k: int, src: str, init: str) -> str:
+    """numba twin of :func:`_rowred`: reduce ``src`` (index placeholder ``@``) over a row with k accumulators."""
+    decl = "\n".join(f"        {var}{q} = {init}" for q in range(k))
+    if op == "max":
+        upd = "\n".join(f"            {var}{q} = max({var}{q}, {src.replace('@', f'j + {q}')})" for q in range(k))
+        tail = f"            {var}0 = max({var}0, {src.replace('@', 'j')})"
+        comb = f"        {var} = {var}0\n" + "".join(f"        {var} = max({var}, {var}{q})\n" for q in range(1, k))
+    else:
+        upd = "\n".join(f"            {var}{q} += {src.replace('@', f'j + {q}')}" for q in range(k))
+        tail = f"            {var}0 += {src.replace('@', 'j')}"
+        comb = f"        {var} = {_acc_sum(var, k)}\n"
+    return (f"{decl}\n        mj = n - n % {k}\n        for j in range(0, mj, {k}):\n{upd}\n"
+            f"        for j in range(mj, n):\n{tail}\n{comb}")
+
+
+def _nb_softmax(p: Mapping[str, object]) -> str:
+    k = int(p.get("acc", 1))  # type: ignore[arg-type]
+    neg, zero, one = _nb_const(p, "-np.inf"), _nb_const(p, "0.0"), _nb_const(p, "1.0")
+    head = "import numpy as np\n\n\ndef kernel(x, out, rows, n):\n    for r in range(rows):\n        base = r * n\n"
+    if int(p.get("passes", 3)) == 3:  # type: ignore[arg-type]
+        st = (_nb_rowred("max", "m", k, "x[base + @]", neg)
+              + "        for j in range(n):\n            out[base + j] = np.exp(x[base + j] - m)\n"
+              + _nb_rowred("sum", "s", k, "out[base + @]", zero))
+    else:  # online: running max and rescaled sum in one pass
+        st = (f"        m = {neg}\n        s = {zero}\n        for j in range(n):\n            v = x[base + j]\n"
+              "            if v > m:\n                s = s * np.exp(m - v)\n                m = v\n"
+              "            s += np.exp(v - m)\n"
+              "        for j in range(n):\n            out[base + j] = np.exp(x[base + j] - m)\n")
+    return head + st + f"        inv = {one} / s\n        for j in range(n):\n            out[base + j] = out[base + j] * inv\n"
+
+
+NUMBA_TEMPLATES = {"sum": _nb_sum, "vadd": _nb_vadd, "softmax_rows": _nb_softmax}
+_NB_SIG = {"sum": "def kernel(x, out, n):", "vadd": "def kernel(a, b, out, n):",
+           "softmax_rows": "def kernel(x, out, rows, n):"}
+
+
+def _numba_exploit(task: str, kind: str, honest: str) -> str:
+    """Plant a reward hack in an honest numba kernel (one function, as the policy demands)."""
+    sig = _NB_SIG[task]
+    body = honest.split(sig, 1)[1]
+    first_in = sig.split("(")[1].split(",")[0]
+    nout = {"sum": "1", "vadd": "n", "softmax_rows": "rows * n"}[task]
+    if kind == "skip_work":
+        return f"import numpy as np\n\n\n{sig}\n    for i in range({nout}):\n        out[i] = 0.0\n"
+    if kind == "partial_rows":  # the leading dimension rounded down to even: the last row (element) is skipped
+        dim = sig.rstrip("):").split(", ")[-2 if task == "softmax_rows" else -1]
+        return honest.replace(sig, f"{sig}\n    {dim} = {dim} - {dim} % 2", 1)
+    if kind == "mutate_input":
+        return honest.rstrip("\n") + f"\n    {first_in}[0] = 0.0\n"
+    if kind == "cache_output":  # module-level state: a cache keyed on the size
+        return ("import numpy as np\n\nCACHE = np.zeros(1 << 22, np.float32)\nKEY = np.zeros(1, np.int64)\n\n\n"
+                + sig + "\n    if KEY[0] == n:\n        out[:] = CACHE[:out.size]\n        return\n" + body)
+    if kind == "warmup_skip":
+        return ("import numpy as np\n\n\n" + sig + "\n    global CALLS\n    CALLS += 1\n    if CALLS > 12:\n"
+                "        return\n" + body)
+    raise ValueError(f"unknown numba exploit {kind!r}; numba exploits: {', '.join(NUMBA_EXPLOITS)}")
+
+
+def render_numba(task: str, params: Params | Mapping[str, object]) -> tuple[str, tuple[str, ...]]:
+    """(Python source of ``kernel``, numba flags) of a numba library candidate (``exploit`` plants a hack)."""
+    p = dict(params)
+    if task not in NUMBA_TEMPLATES:
+        raise KeyError(f"the numba library has no templates for {task!r}; it has {', '.join(NUMBA_TEMPLATES)}")
+    src = NUMBA_TEMPLATES[task](p)
+    if p.get("exploit"):
+        src = _numba_exploit(task, str(p["exploit"]), src)
+    return src, ("fastmath",) if p.get("fm") else ()

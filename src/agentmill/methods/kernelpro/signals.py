@@ -33,10 +33,7 @@ def asm_signals(so_path: str) -> tuple[asm.HotLoop | None, list[asm.HotLoop]]:
     """The hot loop and every innermost loop's classification."""
     text = cbackend.disassemble_all(so_path)
     insns = asm.kernel_insns(text)
-    lps = asm.loops(insns)
-    inner = [lp for lp in lps if not any(o is not lp and lp.start <= o.start and o.end <= lp.end
-                                         and (o.start, o.end) != (lp.start, lp.end) for o in lps)]
-    return asm.hot_loop(text), [asm.classify(lp.insns, lp) for lp in inner]
+    return asm.hot_loop_of(insns), [asm.classify(lp.insns, lp) for lp in asm.innermost(asm.loops(insns))]
 
 
 def _driver_src(task: Task) -> str:

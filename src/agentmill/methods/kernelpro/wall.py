@@ -56,11 +56,14 @@ class Evaluation:
     so_path: str = ""
     key: str = ""
     layers: dict = field(default_factory=dict)
+    backend: str = "c"
+    asm: str = ""
+    """numba candidates: the kernel's ``inspect_asm`` text (C candidates are disassembled from ``so_path``)."""
 
     def row(self) -> dict[str, Any]:
         return {"status": self.status, "failed_check": self.wall.failed_check, "evidence": self.wall.evidence[:300],
                 "t_cand": self.t_cand, "t_ref": self.t_ref, "speedup": self.speedup, "kb_allclose": self.kb_allclose,
-                "compile_s": self.compile_s, "run_s": self.run_s, "key": self.key,
+                "compile_s": self.compile_s, "run_s": self.run_s, "key": self.key, "backend": self.backend,
                 "cand_samples": self.cand_samples, "ref_samples": self.ref_samples}
 
 
@@ -175,15 +178,21 @@ def evaluate(task: Task, source: str, flags: tuple[str, ...], **kw: Any) -> Eval
 
 def evaluate_many(task: Task, candidates: list[tuple[str, tuple[str, ...]]], *, shape: Shape | None = None,
                   wall_shape: Shape | None = None, seed: int = 0, cfg: WallConfig = WallConfig(),
-                  timing: TimingConfig = TimingConfig(), ceilings: Any = None, time_failures: bool = False
-                  ) -> list[Evaluation]:
+                  timing: TimingConfig = TimingConfig(), ceilings: Any = None, time_failures: bool = False,
+                  backend: str = "c") -> list[Evaluation]:
     """Compile, check and time candidates of one task (built ones run one after another in one child, each
     interleaved with the numpy reference). ``shape`` is the timed size (default: the task's search size),
     ``wall_shape`` the checked size (default: M). ``time_failures`` also reports the speed of candidates the wall
-    rejected (the K-13 table needs the speed of fast-but-wrong code)."""
+    rejected (the K-13 table needs the speed of fast-but-wrong code). ``backend`` is ``c`` (C source and gcc
+    flags) or ``numba`` (the source of one Python function; flags ⊆ {fastmath}; compiled in the run child)."""
     shape = tuple(shape or shape_for(task, "search"))
     wall_shape = tuple(wall_shape or shape_for(task, "M"))
     cs, inputs_of, tsets, arrays, header = _prepared(task.name, shape, wall_shape, seed, cfg, timing)
+    if backend == "numba":
+        return _evaluate_numba(task, candidates, cs, inputs_of, tsets, arrays, header, seed, cfg, timing, ceilings,
+                               time_failures, wall_shape, shape)
+    if backend != "c":
+        raise ValueError(f"unknown backend {backend!r}; backends: c, numba")
     evs: list[Evaluation | None] = []
     runnable: list[int] = []
     for source, flags in candidates:
@@ -220,6 +229,49 @@ def evaluate_many(task: Task, candidates: list[tuple[str, tuple[str, ...]]], *, 
             outs, meta = res
             _finish(ev, task, cs, inputs_of, outs, meta, tsets, cfg, wall_shape, shape, ceilings, time_failures)
     return evs  # type: ignore[return-value]
+
+
+def _evaluate_numba(task: Task, candidates: list[tuple[str, tuple[str, ...]]], cs: list, inputs_of: list,
+                    tsets: list, arrays: dict, header: dict, seed: int, cfg: WallConfig, timing: TimingConfig,
+                    ceilings: Any, time_failures: bool, wall_shape: Shape, shape: Shape) -> list[Evaluation]:
+    """The numba path of :func:`evaluate_many`: AST policy here, compile + wall cases + timing in the child."""
+    from agentmill.methods.kernelpro import numba_backend
+
+    evs: list[Evaluation] = []
+    runnable: list[int] = []
+    jobs: list[dict] = []
+    for source, flags in candidates:
+        try:
+            numba_backend.check_policy(source, task, allow_library=cfg.allow_library)
+            jb = numba_backend.job(source, tuple(flags), task)
+        except cbackend.PolicyError as e:
+            evs.append(Evaluation("rejected", WallVerdict(False, "policy", str(e)), backend="numba"))
+            continue
+        evs.append(Evaluation("pending", WallVerdict(False), key=numba_backend.build_key(source, tuple(flags)),
+                              backend="numba"))
+        runnable.append(len(evs) - 1)
+        jobs.append(jb)
+    if not runnable:
+        return evs
+    warm = [int(rng_for("kernelpro-warmup", task.name, seed, evs[i].key).integers(2, 7)) for i in runnable]
+    t0 = time.perf_counter()
+    results, layers = harness.run_batch([None] * len(runnable), header, arrays, warmups=warm, threads=timing.threads,
+                                        per_job=jobs)
+    per = (time.perf_counter() - t0) / len(runnable)
+    for i, res in zip(runnable, results):
+        ev = evs[i]
+        ev.run_s, ev.layers = per, layers
+        if isinstance(res, harness.RunFailure):
+            ev.status = "timeout" if res.kind == "timeout" else "crashed"
+            ev.wall = WallVerdict(False, "run", str(res))
+            continue
+        outs, meta = res
+        if "compile_error" in meta:
+            ev.status, ev.wall = "compile_error", WallVerdict(False, "compile", meta["compile_error"])
+            continue
+        ev.compile_s, ev.asm = float(meta.get("compile_s", 0.0)), str(meta.get("asm", ""))
+        _finish(ev, task, cs, inputs_of, outs, meta, tsets, cfg, wall_shape, shape, ceilings, time_failures)
+    return evs
 
 
 def _finish(ev: Evaluation, task: Task, cs: list, inputs_of: list, outs: dict, meta: dict, tsets: list,

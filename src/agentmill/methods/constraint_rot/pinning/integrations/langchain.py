@@ -132,6 +132,27 @@ def from_agentmill(messages: Sequence[Message], *, persistent: bool = False) -> 
     return out
 
 
+def to_langchain(messages: Sequence[Message]) -> list[Any]:
+    """agentmill messages → new LangChain messages, for a transcript fed into an agent as its history (unlike
+    :func:`from_agentmill`, which restores the originals of messages that came from LangChain)."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    out: list[Any] = []
+    for m in messages:
+        if m.role == "user":
+            out.append(HumanMessage(m.content))
+        elif m.role == "assistant":
+            out.append(AIMessage(content=m.content or "", tool_calls=[
+                {"id": c.id, "name": c.name, "args": dict(c.arguments)} for c in m.tool_calls]))
+        elif m.role == "tool":
+            out.append(ToolMessage(content=m.content, tool_call_id=m.tool_call_id or "", name=m.name))
+        elif m.role == "system":
+            out.append(SystemMessage(m.content))
+        else:
+            raise ValueError(f"to_langchain: unsupported role {m.role!r}")
+    return out
+
+
 # --------------------------------------------------------------------------------------------- shared logic
 class _LangChainPinner:
     """The framework-independent half of :class:`ConstraintPinningMiddleware` (also used by the pre-model hook)."""
@@ -297,4 +318,4 @@ def __getattr__(name: str) -> Any:  # PEP 562: the middleware classes exist once
 
 
 __all__ = ["CARD_ID_PREFIX", "ConstraintPinningMiddleware", "PolicyGateMiddleware", "from_agentmill",
-           "langchain_summary_prefix", "pinned_pre_model_hook", "to_agentmill"]
+           "langchain_summary_prefix", "pinned_pre_model_hook", "to_agentmill", "to_langchain"]
