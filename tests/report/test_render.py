@@ -139,3 +139,17 @@ def test_plot_workers_are_other_processes(tmp_path) -> None:
     two = {int((tmp_path / "two" / "plots" / i / "pid.txt").read_text()) for i in exps}
     one = {int((tmp_path / "one" / "plots" / i / "pid.txt").read_text()) for i in exps}
     assert os.getpid() not in two and one == {os.getpid()}
+
+
+def test_compositions_get_their_own_table_after_the_papers(tmp_path) -> None:
+    """An experiment of a ``compose_<name>`` package is listed under "Compositions", not among the papers."""
+    import dataclasses
+
+    comp = dataclasses.replace(COIN, id="compose_fake.coin")
+    recs = run_suite([COIN, comp], profile="smoke", runs_dir=tmp_path / "runs")
+    html = render_report(recs, {COIN.id: COIN, comp.id: comp}, tmp_path / "report").read_text()
+    papers, _, compositions = html.partition("<h2 id=compositions>Compositions</h2>")
+    assert "<b>FAKE</b>" in papers and "<b>C-fake</b>" not in papers
+    assert "<a href='compose_fake.html'><b>C-fake</b>" in compositions and "<b>FAKE</b>" not in compositions
+    assert "of 1 papers and 1 compositions" in papers
+    assert (tmp_path / "report" / "compose_fake.html").exists()

@@ -45,6 +45,11 @@ def _package_for(prefix: str) -> str | None:
     return None
 
 
+def is_composition(paper: Paper) -> bool:
+    """A composition (``compose_<name>/``) of several papers' methods, not a paper: the report lists it apart."""
+    return paper.key.startswith("compose_")
+
+
 def _label(prefix: str) -> str:
     """``E162`` for a paper; ``C-tree-credit`` for the composition ``compose_tree_credit``."""
     if prefix.startswith("compose_"):

@@ -27,7 +27,7 @@ from typing import Any
 from agentmill.core.records import RunRecord, write_text_atomic
 from agentmill.experiments.protocol import Claim, Experiment
 from agentmill.report.markdown import NOT_JUDGED, RULES
-from agentmill.report.papers import Paper, group_by_paper
+from agentmill.report.papers import Paper, group_by_paper, is_composition
 from agentmill.report.results import (LM_PREFIXES, claim_entry, claim_result, claim_rule, counts, fmt_value,
                                       load_summaries, missing_reason, model_label, rule_counts)
 
@@ -289,7 +289,7 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
     full = load_summaries(results_dir, "full") if results_dir is not None else {}
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     profiles = ", ".join(sorted({r.profile for r in records})) or "none"
-    total, rows = _Tally(), []
+    total, rows, comp_rows = _Tally(), [], []
     papers = group_by_paper(experiments)
     plots = _render_plots([(exp, by_id[exp.id]) for paper in papers for exp in paper.experiments
                            if exp.id in by_id], out, jobs)
@@ -311,16 +311,23 @@ def render_report(records: Sequence[RunRecord], experiments: Mapping[str, Experi
         thumb = (f"<a href='{_e(page)}'><img class=thumb src='{_e(key_figure)}' alt='{_e(paper.label)} key figure: "
                  f"{_e(Path(key_figure).stem)}'></a>" if key_figure else "<span class=small>no plot</span>")
         models = _models(paper, by_id)
-        rows.append(
+        (comp_rows if is_composition(paper) else rows).append(
             f"<tr><td><a href='{_e(page)}'><b>{_e(paper.label)}</b> — {_e(paper.citation)}</a>"
             f"<div>{_e(paper.headline)}</div><div class=meta>{len(paper.experiments)} experiments · {n_claims} "
             f"claims</div></td><td>{tally.html()}</td><td>{thumb}</td>"
             f"<td>{_e('; '.join(models) or 'none (no language model)')}</td></tr>")
+    def overview(first: str, body_rows: list[str]) -> str:
+        return (f"<table class=overview><colgroup><col style='width:46%'><col style='width:18%'>"
+                f"<col style='width:20%'><col style='width:16%'></colgroup><thead><tr><th>{first}</th><th>our "
+                f"verdicts (claims)</th><th>key figure</th><th>model(s)</th></tr></thead>"
+                f"<tbody>{''.join(body_rows)}</tbody></table>")
+
+    compositions = (f"<h2 id=compositions>Compositions</h2><p class=sub>Methods of several papers run together through "
+                    f"their public faces, each with its own pre-registered claims (docs/methods/compositions.md)."
+                    f"</p>{overview('composition and what it combines', comp_rows)}") if comp_rows else ""
     body = (f"<h1>{_e(title)}</h1><p class=sub>Generated {now}; profile(s): {_e(profiles)}; "
-            f"{len(experiments)} experiments of {len(rows)} papers. Each paper's page shows its claims beside their "
+            f"{len(experiments)} experiments of {len(rows)} papers"
+            f"{f' and {len(comp_rows)} compositions' if comp_rows else ''}. Each page shows its claims beside their "
             f"plots and the committed full-profile verdicts.</p>{total.html(inline=True)}"
-            f"{_rules_box(rule_counts(experiments), '')}"
-            f"<table class=overview><colgroup><col style='width:46%'><col style='width:18%'><col style='width:20%'>"
-            f"<col style='width:16%'></colgroup><thead><tr><th>paper and headline claim</th><th>our verdicts "
-            f"(claims)</th><th>key figure</th><th>model(s)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            f"{_rules_box(rule_counts(experiments), '')}{overview('paper and headline claim', rows)}{compositions}")
     return write_text_atomic(out / "index.html", _page(title, body))
