@@ -26,7 +26,7 @@ def _run(name: str, tmp_path):
 
 
 def test_modules_registered() -> None:
-    assert set(MODULES) == set(KEYDOOR + TEXTWORLD)
+    assert set(MODULES) == set(KEYDOOR + TEXTWORLD + ("learning_lm",))
     ids = {importlib.import_module(f"agentmill.experiments.compose_tree_credit.{m}").EXPERIMENT.id for m in MODULES}
     assert ids == {f"compose_tree_credit.{m}" for m in MODULES}
 

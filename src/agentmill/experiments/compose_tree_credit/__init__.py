@@ -7,5 +7,5 @@ PAPER = ("Composition of InfoTree (Hu et al., arXiv:2605.05262), G2PO (Wang et a
          "advantage (Oh et al., arXiv:2606.26080): tree rollouts with graph credit and progress scores in one trainer")
 
 MODULES: tuple[str, ...] = ("signal_keydoor", "signal_textworld", "learning_keydoor", "learning_textworld",
-                             "unique_obs_control")
+                             "unique_obs_control", "learning_lm")
 """The experiment modules of this composition, in the order ``agentmill list`` and ``reproduce`` show them."""
