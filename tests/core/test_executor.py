@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -220,3 +221,32 @@ def test_run_joins_a_running_ray_cluster(tmp_path) -> None:
         for p in alive:
             p.kill()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_a_child_started_with_preexec_die_with_parent_dies_with_a_killed_parent() -> None:
+    """kill -9 of the process that started a server runs no ``finally``: the kernel must end the server (Linux)."""
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux only")
+    script = ("import os, signal, subprocess\n"
+              "from agentmill.core.executor import preexec_die_with_parent\n"
+              "child = subprocess.Popen(['sleep', '60'], preexec_fn=preexec_die_with_parent())\n"
+              "print(child.pid, flush=True)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.split()[0])
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 5
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive()

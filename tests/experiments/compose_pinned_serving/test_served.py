@@ -133,24 +133,3 @@ def test_smoke_through_the_cli_leaves_no_server_behind(tmp_path) -> None:
     assert data["table"]["openai_agents"]["unpinned"]["violation"] == 1.0
     assert all(r["status"] == 200 and r["same"] for r in data["requests"])
     assert not any(A.pid_alive(p) for p in data["servers"]["pids"])
-
-
-def test_a_child_started_like_the_servers_dies_with_a_killed_parent(tmp_path) -> None:
-    """kill -9 of the process that started the servers runs no ``finally``: the kernel must end them (Linux)."""
-    import subprocess
-    import sys
-    import time
-
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux only")
-    script = ("import os, signal, subprocess, sys\n"
-              "from agentmill.experiments.compose_pinned_serving import agents\n"
-              "child = subprocess.Popen(['sleep', '60'], preexec_fn=agents._die_with_parent())\n"
-              "print(child.pid, flush=True)\n"
-              "os.kill(os.getpid(), signal.SIGKILL)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    pid = int(out.stdout.split()[0])
-    deadline = time.monotonic() + 5
-    while A.pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not A.pid_alive(pid)

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmill.core.executor import preexec_die_with_parent
 from agentmill.core.types import Message, ToolCall
 from agentmill.methods.constraint_rot.pinning.integrations.langchain import to_langchain
 
@@ -103,26 +104,6 @@ def serve_args(model: str, drafter: str, policy: str, max_model_len: int) -> lis
             "--max-model-len", str(max_model_len), "--served-model-name", SERVED_NAME]
 
 
-def _die_with_parent() -> Any:
-    """A ``preexec_fn`` that makes a server child get SIGKILL when the thread that started it dies (Linux
-    ``PR_SET_PDEATHSIG``): the ``finally`` below stops the servers on every exception and on Ctrl-C, but a
-    ``kill -9`` of this process runs no cleanup, and each SmolLM2 server holds ~1.5 GB. ``prctl`` is looked up
-    here, in the parent, so the child only makes the call between fork and exec. None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-    import signal
-
-    from agentmill.core.executor import PR_SET_PDEATHSIG
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    kill = int(signal.SIGKILL)
-    return lambda: prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
-
-
 @contextlib.contextmanager
 def servers(model: str, drafter: str, policy: str, *, max_model_len: int) -> Iterator[Servers]:
     """Start ``agentmill serve`` twice (speculative: ``drafter``/``policy``; plain: ``--drafter none --policy off``)
@@ -143,7 +124,7 @@ def servers(model: str, drafter: str, policy: str, *, max_model_len: int) -> Ite
             out = tempfile.TemporaryFile(mode="w+")
             procs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
                                            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                                           preexec_fn=_die_with_parent()), port, args, out))
+                                           preexec_fn=preexec_die_with_parent()), port, args, out))
         yield Servers(f"http://127.0.0.1:{procs[0][1]}/v1", f"http://127.0.0.1:{procs[1][1]}/v1",
                       tuple(p.pid for p, _, _, _ in procs), tuple(spec), tuple(plain), procs=procs)
     finally:

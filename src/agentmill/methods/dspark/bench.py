@@ -207,16 +207,26 @@ def free_port() -> int:
 def serve_subprocess(serve_args: list[str], *, timeout_s: float = 600.0) -> Iterator[tuple[str, int]]:
     """``agentmill serve <serve_args>`` on a free loopback port in a child process; yields (base URL …/v1, port)
     once ``/health`` answers (the first DSpark start profiles its SPS table, hence the generous timeout), and
-    always stops the child."""
+    always stops the child — also when this process is killed outright (the child gets SIGKILL with its parent on
+    Linux). The server's output goes to a temporary file, not a pipe nobody reads (a full pipe would block it)."""
     import subprocess
     import sys
+    import tempfile
 
     import httpx
 
+    from agentmill.core.executor import preexec_die_with_parent
+
     port = free_port()
     args = [sys.executable, "-m", "agentmill.cli.main", "serve", "--port", str(port), *serve_args]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, preexec_fn=preexec_die_with_parent())
+
+    def output_tail() -> str:
+        log.seek(0)
+        return log.read()[-2000:]
+
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -226,7 +236,7 @@ def serve_subprocess(serve_args: list[str], *, timeout_s: float = 600.0) -> Iter
             except httpx.TransportError:
                 pass
             if proc.poll() is not None:
-                raise RuntimeError(f"agentmill serve {' '.join(serve_args)} exited: {proc.stdout.read()[-2000:]}")
+                raise RuntimeError(f"agentmill serve {' '.join(serve_args)} exited: {output_tail()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"agentmill serve {' '.join(serve_args)} did not come up in {timeout_s:g} s")
             time.sleep(0.3)
@@ -237,3 +247,5 @@ def serve_subprocess(serve_args: list[str], *, timeout_s: float = 600.0) -> Iter
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        log.close()
