@@ -347,11 +347,11 @@ def sdk_tools(sandbox: Any, specs: Sequence[Any], calls: list, results: list) ->
 @functools.lru_cache(maxsize=1)
 def _served_chat_class() -> type:
     from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from pydantic import ConfigDict, Field
 
     from agentmill.methods.constraint_rot.actors.base import visible
+    from agentmill.methods.constraint_rot.frameworks import action_message
 
     class ServedReaderChatModel(BaseChatModel):
         """The LangGraph agent's model: the framework's request goes to the server through ``served`` (a
@@ -380,12 +380,7 @@ def _served_chat_class() -> type:
             seen = wire_messages(self.log.last(since, "agent")["request"])
             action = self.reader.act(visible(seen), self.tool_specs)
             self.actions.append(action)
-            if action.tool_calls:
-                msg = AIMessage(content="", tool_calls=[{"id": c.id, "name": c.name, "args": dict(c.arguments)}
-                                                        for c in action.tool_calls])
-            else:
-                msg = AIMessage(content=action.text if action.text is not None else (action.raw or ""))
-            return ChatResult(generations=[ChatGeneration(message=msg)])
+            return ChatResult(generations=[ChatGeneration(message=action_message(action))])
 
     ServedReaderChatModel.__module__ = __name__
     return ServedReaderChatModel

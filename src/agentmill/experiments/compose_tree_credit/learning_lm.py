@@ -42,8 +42,7 @@ from agentmill.envs.keydoor import TINY_WORLD, KeyDoorEnv, layouts
 from agentmill.envs.rollout import collect_groups
 from agentmill.experiments.compose_tree_credit import PAPER
 from agentmill.experiments.compose_tree_credit.adapter import CreditConfig, RolloutSpec, sample_groups, step_advantages
-from agentmill.experiments.compose_tree_credit.learning import EXACT_P
-from agentmill.experiments.plotting import pyplot, save
+from agentmill.experiments.compose_tree_credit.learning import EXACT_P, draw_curves
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
 
 ARMS = {"indep_grpo": ("independent", "grpo", 0.0), "tree_g2po_progress": ("uucb", "g2po", 1.0)}
@@ -227,25 +226,10 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    colors = {"indep_grpo": "tab:gray", "tree_g2po_progress": "tab:green"}
-    for arm, rs in data["runs"].items():
-        if not rs:
-            continue
-        x = np.array(rs[0]["points"])
-        Y = np.array([r["curve"] for r in rs], dtype=float)
-        m = Y.mean(0)
-        half = 1.96 * Y.std(0, ddof=1) / np.sqrt(len(rs)) if len(rs) > 1 else np.zeros_like(m)
-        ax.plot(x, m, "o-", color=colors.get(arm), label=f"{arm} (AUC {np.mean([r['auc'] for r in rs]):.3f})")
-        ax.fill_between(x, m - half, m + half, color=colors.get(arm), alpha=0.15)
-    ax.set_xlabel("iteration (equal generated actions per iteration for both arms)")
-    ax.set_ylabel("held-out sampled-policy success")
-    ax.set_title(f"tiny KeyDoor: LM learning curves ({data.get('model', '?')} + LoRA; mean ± 95 % CI over "
-                 f"{len(data.get('seeds', []))} seeds)", fontsize=8)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return [save(fig, out / "keydoor_lm_learning_curves.png")]
+    return [draw_curves(data["runs"], out / "keydoor_lm_learning_curves.png",
+                        ylabel="held-out sampled-policy success", title_size=8,
+                        title=f"tiny KeyDoor: LM learning curves ({data.get('model', '?')} + LoRA; mean ± 95 % CI "
+                              f"over {len(data.get('seeds', []))} seeds)")]
 
 
 EXPERIMENT = Experiment(

@@ -216,7 +216,6 @@ def _actor_client_class() -> type:
 def _actor_chat_class() -> type:
     try:
         from langchain_core.language_models.chat_models import BaseChatModel
-        from langchain_core.messages import AIMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
         from pydantic import ConfigDict, Field
     except ImportError as e:
@@ -250,15 +249,22 @@ def _actor_chat_class() -> type:
             self.received.append(seen)
             action = self.actor.act(visible(seen), self.tool_specs)
             self.actions.append(action)
-            if action.tool_calls:
-                msg = AIMessage(content="", tool_calls=[{"id": c.id, "name": c.name, "args": dict(c.arguments)}
-                                                        for c in action.tool_calls])
-            else:
-                msg = AIMessage(content=action.text if action.text is not None else (action.raw or ""))
-            return ChatResult(generations=[ChatGeneration(message=msg)])
+            return ChatResult(generations=[ChatGeneration(message=action_message(action))])
 
     ActorChatModel.__module__ = __name__
     return ActorChatModel
+
+
+def action_message(action: Any) -> Any:
+    """An actor's action as the LangChain ``AIMessage`` a chat model returns: a tool-calling action with
+    ``tool_calls``, any other its text (or raw output, so an invalid action reaches the framework as the text the
+    model produced)."""
+    from langchain_core.messages import AIMessage
+
+    if action.tool_calls:
+        return AIMessage(content="", tool_calls=[{"id": c.id, "name": c.name, "args": dict(c.arguments)}
+                                                 for c in action.tool_calls])
+    return AIMessage(content=action.text if action.text is not None else (action.raw or ""))
 
 
 def __getattr__(name: str) -> Any:  # PEP 562
@@ -368,5 +374,5 @@ def run_autogen_episode(episode: Episode, actor: Any, sandbox: Any, *, model_con
                                             neutral=neutral, max_tool_iterations=max_tool_iterations))
 
 
-__all__ = ["ActorChatCompletionClient", "ActorChatModel", "FrameworkRun", "SandboxWorkbench", "arun_autogen_episode",
-           "episode_registry", "episode_transcript", "run_autogen_episode"]
+__all__ = ["ActorChatCompletionClient", "ActorChatModel", "FrameworkRun", "SandboxWorkbench", "action_message",
+           "arun_autogen_episode", "episode_registry", "episode_transcript", "run_autogen_episode"]
