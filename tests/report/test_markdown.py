@@ -138,3 +138,34 @@ def test_cli_save_results_leaves_out_a_record_the_current_code_would_not_store(m
     monkeypatch.setattr(experiments, "_registry", dict(EXPS))  # the code the record ran on: published
     assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
     assert "wrote 1 result summaries" in capsys.readouterr().out
+
+
+def test_a_claim_rerun_on_another_model_is_published_beside_the_registered_models_row(tmp_path) -> None:
+    """A run on a non-default ``--model`` is saved as ``<id>@<model>.json`` and shown under the default's row; it
+    never overwrites the registered model's summary, and README's counts stay the registered model's."""
+    from agentmill.experiments.runner import run_experiment
+    from agentmill.report.results import load_summaries, load_variants
+
+    results = tmp_path / "results"
+    default = _summaries(tmp_path, "full")  # COIN and CRASH on their registered setups
+    echo = run_experiment(ECHO, profile="full", model="scripted:echo", runs_dir=tmp_path / "runs")
+    written = save_summaries([echo], EXPS, results)
+    assert [p.name for p in written] == ["fake.echo@echo.json"]
+    saved = json.loads(written[0].read_text())
+    assert saved["variant"] == "echo" and saved["model"] == "scripted:echo"
+    assert "fake.echo" not in load_summaries(results, "full")  # the registered model has no record
+    assert list(load_variants(results, "full")) == ["fake.echo"]
+    doc = render_tables(EXPS, results).verdicts_doc
+    rows = [line for line in doc.splitlines() if line.startswith("| **E-1**")]
+    assert len(rows) == 2 and rows[0].split(" | ")[4] == "no committed full record"
+    variant = rows[1].split(" | ")
+    assert variant[0] == "| **E-1** on `echo`<br>`fake.echo`" and variant[4].startswith("1 **")
+    assert variant[3] == "not run on this model" and variant[5] == "scripted:echo"
+    assert "fake.echo@" not in render_tables(EXPS, results).readme_block
+    # a registered-model run of the same experiment keeps its own file: neither replaces the other
+    assert not (results / "full" / "fake.echo.json").exists() and default
+    # a file whose name disagrees with its variant is refused, naming the file
+    bad = results / "full" / "fake.echo@other.json"
+    bad.write_text(written[0].read_text())
+    with pytest.raises(Exception, match="fake.echo@other"):
+        load_variants(results, "full")

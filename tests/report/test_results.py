@@ -150,3 +150,33 @@ def test_load_summaries_reads_a_profile_and_names_a_bad_file(tmp_path) -> None:
     bad.write_text("{")
     with pytest.raises(SummaryError, match="fake.crash.json: not a JSON result summary"):
         load_summaries(tmp_path / "res", "quick")
+
+
+def test_variant_of_names_the_model_that_differs_from_the_registered_one() -> None:
+    """``--model`` on a model experiment, or ``--set base=...`` where a setup names its model, makes a variant named
+    after the new spec; the registered model (including the runner's default ``hf:smollm2``) is no variant."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from agentmill.experiments.protocol import Experiment
+    from agentmill.report.results import variant_of
+
+    @dataclass(frozen=True)
+    class S:
+        base: str = "hf:smollm2"
+        n: int = 3
+
+    setups = {"smoke": S(), "quick": S(), "full": S()}
+    organism = Experiment(id="fake.org", title="t", paper="none", claims=(), setups=setups,
+                          measure=lambda s, c: {}, scale_note="-")
+    by_model = Experiment(id="fake.lm", title="t", paper="none", claims=(), setups=setups,
+                          measure=lambda s, c: {}, scale_note="-", uses_model=True)
+    def rec(model=None, **kw):
+        return SimpleNamespace(model=model, profile="full", setup={"base": "hf:smollm2", "n": 3, **kw})
+
+    assert variant_of(rec(), organism) is None
+    assert variant_of(rec(n=9), organism) is None  # a --set that leaves the model alone is no model variant
+    assert variant_of(rec(base="hf:qwen-coder-0.5b"), organism) == "qwen-coder-0.5b"
+    assert variant_of(rec("hf:smollm2"), by_model) is None
+    assert variant_of(rec("hf:qwen-coder-0.5b"), by_model) == "qwen-coder-0.5b"
+    assert variant_of(rec("tiny:organism/seed 3"), by_model) == "organism-seed-3"

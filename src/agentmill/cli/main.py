@@ -379,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Default: render report/index.html (one row per paper) and report/<paper>.html from the records "
                     "in --runs-dir at --profile, each claim beside the committed full verdict from "
                     "<results-dir>/full. --save-results: write <results-dir>/<profile>/<id>.json, the small "
-                    "summaries to commit, from those records. --markdown: write the README's verdict block and "
+                    "summaries to commit, from those records (a run on another model than the registered one, "
+                    "e.g. --model hf:qwen-coder-0.5b, is written as <id>@<model>.json and shown beside the "
+                    "registered model's rows). --markdown: write the README's verdict block and "
                     "docs/verdicts.md from <results-dir>/quick and <results-dir>/full (not from runs); with --check, "
                     "write nothing and exit 1 when the committed files differ from that render.")
     sp.add_argument("--report-dir", default="report",

@@ -14,6 +14,7 @@ only the file's name).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -48,20 +49,54 @@ model that setups name bare is added here too."""
 between AVX2-only and AVX-512 VNNI/BF16 hosts); a summary names which of them the CPU has."""
 
 
+DEFAULT_MODEL = "hf:smollm2"
+"""The model an experiment that takes ``--model`` runs when none is named (``experiments.runner.DEFAULT_MODEL``)."""
+
+
 def model_label(rec: RunRecord) -> str:
     """The model column: the run's ``--model`` when the experiment takes one; else the LM specs its setup names
     (an organism's base, a summariser, a policy), with the fields that name them; else ``none``."""
-    if rec.model:
-        return rec.model
+    return _label(rec.model, rec.setup)
+
+
+def _named_specs(setup: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The LM specs a setup names, each with the fields that name it."""
     named: dict[str, list[str]] = {}
-    for key, value in rec.setup.items():
+    for key, value in setup.items():
         if not isinstance(value, str):
             continue
         if value.startswith(LM_PREFIXES):
             named.setdefault(value, []).append(key)
         elif (key == "model" or key.endswith("_model")) and value in EMBEDDED_NAMES:
             named.setdefault(EMBEDDED_NAMES[value], []).append(key)
+    return named
+
+
+def _label(model: str | None, setup: Mapping[str, Any]) -> str:
+    if model:
+        return model
+    named = _named_specs(setup)
     return "; ".join(f"{spec} ({', '.join(keys)})" for spec, keys in named.items()) or "none"
+
+
+def variant_of(rec: RunRecord, exp: Experiment) -> str | None:
+    """The name of the model variant ``rec`` is, or ``None`` when it ran the model its experiment registers.
+
+    The same claims re-run on another model (``--model hf:qwen-coder-0.5b``, or ``--set base=...`` where a setup
+    names its model) are published beside the registered model's rows, not over them: their summary is
+    ``results/<profile>/<id>@<variant>.json``. The variant is named after the specs that differ (prefix dropped)."""
+    registered = exp.setups.get(rec.profile)
+    default_setup = dataclasses.asdict(registered) if registered is not None else {}
+    default_model = DEFAULT_MODEL if exp.uses_model else None
+    if _label(rec.model, rec.setup) == _label(default_model, default_setup):
+        return None
+    if rec.model:
+        specs = [rec.model]
+    else:
+        before = _named_specs(default_setup)
+        specs = [spec for spec in _named_specs(rec.setup) if spec not in before] or ["setup"]
+    names = [re.sub(r"[^a-z0-9.]+", "-", spec.split(":", 1)[-1].lower()).strip("-.") for spec in specs]
+    return "+".join(n for n in names if n) or "variant"
 
 
 def missing_reason(rec: RunRecord) -> str:
@@ -190,9 +225,11 @@ def _cpu_of(rec: RunRecord) -> dict[str, Any]:
 def summarize(rec: RunRecord, exp: Experiment) -> dict[str, Any]:
     """The result summary of ``rec`` (a record of ``exp``): the dict written to ``results/<profile>/<id>.json``."""
     ok = rec.status == "ok"
+    variant = variant_of(rec, exp)
     return {
         "schema": SUMMARY_SCHEMA,
         "experiment_id": rec.experiment_id,
+        **({"variant": variant} if variant else {}),
         "title": exp.title,
         "paper": paper_of(exp),
         "profile": rec.profile,
@@ -215,8 +252,8 @@ def summary_text(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def summary_path(results_dir: str | Path, profile: str, exp_id: str) -> Path:
-    return Path(results_dir) / profile / f"{exp_id}.json"
+def summary_path(results_dir: str | Path, profile: str, exp_id: str, variant: str | None = None) -> Path:
+    return Path(results_dir) / profile / (f"{exp_id}@{variant}.json" if variant else f"{exp_id}.json")
 
 
 def save_summaries(records: list[RunRecord], experiments: Mapping[str, Experiment],
@@ -230,8 +267,10 @@ def save_summaries(records: list[RunRecord], experiments: Mapping[str, Experimen
         exp = experiments.get(rec.experiment_id)
         if exp is None:
             continue
-        text = summary_text(summarize(rec, exp))
-        out.append(write_text_atomic(summary_path(results_dir, rec.profile, rec.experiment_id), text))
+        summary = summarize(rec, exp)
+        text = summary_text(summary)
+        path = summary_path(results_dir, rec.profile, rec.experiment_id, summary.get("variant"))
+        out.append(write_text_atomic(path, text))
     return out
 
 
@@ -240,12 +279,26 @@ class SummaryError(ValueError):
 
 
 def load_summaries(results_dir: str | Path, profile: str) -> dict[str, dict[str, Any]]:
-    """Every summary under ``results_dir/profile`` by experiment id (empty when the folder does not exist).
+    """Every summary of the registered model under ``results_dir/profile`` by experiment id (empty when the folder
+    does not exist); model variants are :func:`load_variants`'.
 
     These files are committed and reviewed, so a malformed one is an error naming it (``SummaryError``), not a
     record to set aside quietly."""
+    return {i: d for (i, v), d in _load_all(results_dir, profile).items() if v is None}
+
+
+def load_variants(results_dir: str | Path, profile: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """The model-variant summaries under ``results_dir/profile``: experiment id -> variant -> summary."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (i, v), d in _load_all(results_dir, profile).items():
+        if v is not None:
+            out.setdefault(i, {})[v] = d
+    return out
+
+
+def _load_all(results_dir: str | Path, profile: str) -> dict[tuple[str, str | None], dict[str, Any]]:
     folder = Path(results_dir) / profile
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, str | None], dict[str, Any]] = {}
     if not folder.is_dir():
         return out
     for path in sorted(folder.glob("*.json")):
@@ -259,9 +312,13 @@ def load_summaries(results_dir: str | Path, profile: str) -> dict[str, dict[str,
                                f"(needs experiment_id, profile and claims)")
         if d.get("schema", 0) > SUMMARY_SCHEMA:
             raise SummaryError(f"{path}: schema {d.get('schema')} is newer than this agentmill reads")
-        if path.stem != d["experiment_id"]:
-            raise SummaryError(f"{path}: names experiment {d['experiment_id']!r}, not this file's {path.stem!r}")
-        out[d["experiment_id"]] = d
+        variant = d.get("variant")
+        if variant is not None and not isinstance(variant, str):
+            raise SummaryError(f"{path}: variant must be a string, not {variant!r}")
+        expected = f"{d['experiment_id']}@{variant}" if variant else d["experiment_id"]
+        if path.stem != expected:
+            raise SummaryError(f"{path}: names experiment {expected!r}, not this file's {path.stem!r}")
+        out[(d["experiment_id"], variant or None)] = d
     return out
 
 
