@@ -165,6 +165,24 @@ def test_item_conversion_round_trip_keeps_calls_with_outputs() -> None:
     assert messages_to_items(msgs) == items
 
 
+def test_agentmill_tool_turns_without_sdk_originals_become_sdk_items() -> None:
+    """A history built in agentmill (no ``sdk_items``: a replayed or compacted conversation) carries its tool calls
+    and outputs over as the SDK's own item types, and reads back to the same messages."""
+    msgs = [Message("user", "go"),
+            Message("assistant", "checking", tool_calls=(ToolCall("c1", "fetch", {"url": "u1"}),)),
+            Message("tool", "one", tool_call_id="c1")]
+    items = messages_to_items(msgs)
+    assert items == [{"role": "user", "content": "go"}, {"role": "assistant", "content": "checking"},
+                     {"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": '{"url": "u1"}'},
+                     {"type": "function_call_output", "call_id": "c1", "output": "one"}]
+    back = items_to_messages(items)
+    assert [(m.role, m.content, m.tool_calls, m.tool_call_id) for m in back] == [
+        ("user", "go", (), None), ("assistant", "checking", (), None),
+        ("assistant", "", (ToolCall("c1", "fetch", {"url": "u1"}),), None), ("tool", "one", (), "c1")]
+    with pytest.raises(ValueError, match="cannot rebuild"):
+        messages_to_items([Message("tool", "orphan")])  # a tool output that answers no call
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="role"):
         PinnedSession(SQLiteSession("x"), make_registry(), role="assistant", counter=WhitespaceCounter())

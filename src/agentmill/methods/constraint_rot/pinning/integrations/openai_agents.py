@@ -122,6 +122,15 @@ def messages_to_items(messages: Sequence[Message], *, card_role: str = "user") -
             out.append({"role": d["role"], "content": m.content})
         elif originals is None and origin(m) == "card":
             out.append({"role": card_role, "content": m.content})
+        elif originals is None and m.role == "assistant" and m.tool_calls:
+            # an agentmill assistant turn with tool calls (e.g. a compactor's replayed history): its text, if any,
+            # then one SDK function_call item per call, as the SDK itself records a turn
+            if m.content:
+                out.append({"role": "assistant", "content": m.content})
+            out.extend({"type": "function_call", "call_id": tc.id, "name": tc.name,
+                        "arguments": json.dumps(tc.arguments)} for tc in m.tool_calls)
+        elif originals is None and m.role == "tool" and m.tool_call_id:
+            out.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
         elif originals is None and m.role in ("user", "system", "assistant"):
             out.append({"role": m.role, "content": m.content})
         else:
