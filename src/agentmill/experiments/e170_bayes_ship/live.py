@@ -29,8 +29,6 @@ live critic and oracle outcomes with the pre-measured ones; measured vs planned 
 from __future__ import annotations
 
 import copy
-import json
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -41,7 +39,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, mean_estimate, paired_diff
 from agentmill.experiments.e170_bayes_ship import PAPER
-from agentmill.experiments.e170_bayes_ship.pool import CRITICS, trajectories
+from agentmill.experiments.e170_bayes_ship.pool import CRITICS, measure_pool, read_rows, seeded_instances, trajectories
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, unjudged
 
@@ -166,39 +164,17 @@ def live_episode(controller: Any, calib: Any, cost: Any, *, task: Any, next_cand
             "log": log}
 
 
-_ORDER = {"revert": 0, "noop": 1, "same_site": 2, "partial": 2, "wrong_site": 3}
-"""Candidate preference when a pool keeps the first ``candidates`` (as ``e170.bayes_ship_pyrepo``)."""
-
-
 def _instances(s: Setup, work: Path) -> list[tuple[Any, Any, Any, list[Any]]]:
     """``(repo, critics, task, candidates)`` per seeded instance, in the pyrepo arm's order and selection."""
-    from agentmill.envs.pyrepo import default_critics, fixture_repo, make_candidates, open_repo, seed_bugs
-
-    out = []
-    for spec, n in zip(s.packages, s.instances):
-        repo = fixture_repo(work / "fixture") if spec == "fixture" else open_repo(spec)
-        log = work / f"mining-{repo.key if hasattr(repo, 'key') else spec}.jsonl" if spec == "fixture" else None
-        critics = default_critics(repo)
-        for task in seed_bugs(repo, n, seed=s.seed, log=log)[:n]:
-            cands = sorted(make_candidates(task, repo, seed=s.seed), key=lambda c: (_ORDER.get(c.kind, 9), c.cand_id))
-            out.append((repo, critics, task, cands[:s.candidates]))
-    return out
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return seeded_instances(s.packages, s.instances, seed=s.seed, candidates=s.candidates, work=work)
 
 
 def _pool_rows(s: Setup, ctx: RunContext, insts: list[tuple[Any, Any, Any, list[Any]]]) -> list[dict[str, Any]]:
     """The pre-measured pools: ``e170.bayes_ship_pyrepo``'s (read, never written) when its work dir holds exactly
     these instances and candidates; otherwise measured here (resumable JSONL, the pyrepo arm's row format)."""
-    from agentmill.envs.pyrepo import verify
-
     want = {task.instance_id: [c.cand_id for c in cands] for _, _, task, cands in insts}
     if "fixture" not in s.packages:
-        shared = _read_rows(ctx.shared_work_dir("e170.bayes_ship_pyrepo") / f"candidates-{s.seed}.jsonl")
+        shared = read_rows(ctx.shared_work_dir("e170.bayes_ship_pyrepo") / f"candidates-{s.seed}.jsonl")
         got: dict[str, list[str]] = {}
         for r in shared:
             got.setdefault(r["instance_id"], []).append(r["candidate_id"])
@@ -206,27 +182,8 @@ def _pool_rows(s: Setup, ctx: RunContext, insts: list[tuple[Any, Any, Any, list[
             ctx.data["pool_source"] = "shared with e170.bayes_ship_pyrepo"
             return [r for r in shared if r["instance_id"] in want]
     ctx.data["pool_source"] = "measured here"
-    path = ctx.work_dir / f"pool-{s.seed}.jsonl"
-    rows = [r for r in _read_rows(path) if r["instance_id"] in want]
-    done = {r["instance_id"] for r in rows}
-    for repo, critics, task, cands in insts:
-        if task.instance_id in done:
-            continue
-        new = []
-        for c in cands:
-            verify(c, task, repo)
-            outs = {name: cr.check(task, c) for name, cr in critics.items()}
-            new.append({"instance_id": task.instance_id, "candidate_id": c.cand_id, "kind": c.kind, "repo": task.repo,
-                        "y": bool(c.y), "oracle_s": c.oracle_wall_s, "oracle_cpu_s": c.oracle_cpu_s,
-                        "critics": {k: o.passed for k, o in outs.items()},
-                        "critic_s": {k: o.wall_s for k, o in outs.items()}, "diff_lines": c.diff.count("\n")})
-        with open(path, "a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(r) + "\n" for r in new))
-            f.flush()
-            os.fsync(f.fileno())
-        rows += new
-        ctx.progress("pool candidates", len({r["instance_id"] for r in rows}), len(insts))
-    return rows
+    return measure_pool(insts, ctx.work_dir / f"pool-{s.seed}.jsonl",
+                        lambda done, total: ctx.progress("pool candidates", done, total))
 
 
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:

@@ -24,8 +24,6 @@ token-probability baseline, B-10's reviewer) score these same records in ``e170.
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, mean_estimate, paired_diff
 from agentmill.experiments.e170_bayes_ship import PAPER
-from agentmill.experiments.e170_bayes_ship.pool import CRITICS, trajectories
+from agentmill.experiments.e170_bayes_ship.pool import CRITICS, measure_pool, seeded_instances, trajectories
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import Claim, Experiment, RunContext, withhold
 
@@ -80,49 +78,11 @@ CLAIMS = (
 )
 
 
-def _repo(spec: str, work: Path) -> Any:
-    from agentmill.envs.pyrepo import fixture_repo, open_repo
-
-    if spec == "fixture":
-        return fixture_repo(work / "fixture")
-    return open_repo(spec)
-
-
 def collect(s: Setup, ctx: RunContext) -> list[dict[str, Any]]:
     """One row per (instance, candidate): critic outcomes and seconds, oracle label and seconds. Resumable."""
-    from agentmill.envs.pyrepo import default_critics, make_candidates, seed_bugs, verify
-
-    path = ctx.work_dir / f"candidates-{s.seed}.jsonl"
-    rows: list[dict[str, Any]] = []
-    if path.exists():
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    done = {r["instance_id"] for r in rows}
-    order = {"revert": 0, "noop": 1, "same_site": 2, "partial": 2, "wrong_site": 3}
-    total = sum(s.instances)
-    for spec, n in zip(s.packages, s.instances):
-        repo = _repo(spec, ctx.work_dir)
-        log = ctx.work_dir / f"mining-{repo.key if hasattr(repo, 'key') else spec}.jsonl" if spec == "fixture" else None
-        tasks = seed_bugs(repo, n, seed=s.seed, log=log)
-        critics = default_critics(repo)
-        for task in tasks[:n]:
-            if task.instance_id in done:
-                continue
-            cands = sorted(make_candidates(task, repo, seed=s.seed), key=lambda c: (order.get(c.kind, 9), c.cand_id))
-            new = []
-            for c in cands[:s.candidates]:
-                verify(c, task, repo)
-                outs = {name: cr.check(task, c) for name, cr in critics.items()}
-                new.append({"instance_id": task.instance_id, "candidate_id": c.cand_id, "kind": c.kind,
-                            "repo": task.repo, "y": bool(c.y), "oracle_s": c.oracle_wall_s,
-                            "oracle_cpu_s": c.oracle_cpu_s, "critics": {k: o.passed for k, o in outs.items()},
-                            "critic_s": {k: o.wall_s for k, o in outs.items()}, "diff_lines": c.diff.count("\n")})
-            with open(path, "a", encoding="utf-8") as f:
-                f.write("".join(json.dumps(r) + "\n" for r in new))
-                f.flush()
-                os.fsync(f.fileno())
-            rows += new
-            ctx.progress("candidates", len({r["instance_id"] for r in rows}), total)
-    return rows
+    insts = seeded_instances(s.packages, s.instances, seed=s.seed, candidates=s.candidates, work=ctx.work_dir)
+    return measure_pool(insts, ctx.work_dir / f"candidates-{s.seed}.jsonl",
+                        lambda done, total: ctx.progress("candidates", done, total))
 
 
 def _baselines(J: int) -> list[Any]:
