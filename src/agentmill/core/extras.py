@@ -32,6 +32,7 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
     "coding": ("pyflakes", "jsonschema", "pytest"),
     "cuda-static": ("nvidia",),
     "kernelpro": ("numba",),
+    "agents": ("minisweagent",),
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 
