@@ -29,6 +29,6 @@ EXPERIMENT = Experiment(
     plots=plot_learning,
     scale_note="KeyDoor (8 calibrated layouts), tabular softmax policy keyed by (layout, description, inventory), "
                "groups of 160 generated actions for every arm, lr 1.0, progress β = 1.0 against the initial policy; "
-               "quick 6 seeds × 4 iterations × 2 groups, full 10 seeds × 15 iterations × 4 groups. The LM policy arm is "
-               "compose_tree_credit.learning_lm (the papers train LLM agents).",
+               "quick 6 seeds × 4 iterations × 2 groups, full 10 seeds × 15 iterations × 4 groups. The LM policy "
+               "arm is compose_tree_credit.learning_lm (the papers train LLM agents).",
 )
