@@ -107,6 +107,19 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_chainadd(args: argparse.Namespace) -> int:
+    from agentmill.methods.cliff_tokens.chainadd import ChainRecipe, gate_text, obtain_chainadd
+
+    recipe = ChainRecipe(order=args.order, layers=args.layers, d=args.d, steps=args.steps, batch=args.batch,
+                         seed=args.seed, site_weight=args.site_weight,
+                         train_mix=(1 / 3, 1 / 3, 1 / 3) if args.balanced_mix else (0.2, 0.3, 0.5))
+    lm, card = obtain_chainadd(recipe, Path(args.out), gate_problems=args.gate_problems)
+    print(gate_text(card["gate"]))
+    print(json.dumps({k: card.get(k) for k in ("source", "weights_sha256", "key", "train_s", "final_loss")},
+                     default=str))
+    return 0 if card["gate"]["passed"] else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     sp = sub.add_parser("cliff", help="cliff tokens: exact cliff test, potential scans, taxonomy (E172)",
                         description="Cliff tokens: estimate a trace's potential by forked rollouts, flag tokens where "
@@ -157,3 +170,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     tt.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     tt.add_argument("--out", required=True, help="directory for config.json, model.safetensors and card.json")
     tt.set_defaults(fn=cmd_train_tiny)
+
+    tc = ps.add_parser("train-chainadd", help="distil the planted chained-addition policy into a tiny model (the "
+                                              "CT-7/CT-8 substrate) and run its gate; exit 1 if the gate fails")
+    tc.add_argument("--order", default="lsd", choices=("msd", "lsd"),
+                    help="digit order written in the trace: msd (chainadd-v1) or lsd (the fallback; default)")
+    tc.add_argument("--steps", type=int, default=3600, help="training steps (default 3600)")
+    tc.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    tc.add_argument("--d", type=int, default=64, help="residual width (default 64)")
+    tc.add_argument("--batch", type=int, default=64, help="traces per step (default 64)")
+    tc.add_argument("--site-weight", type=float, default=5.0, help="loss weight of planted-site positions (default 5)")
+    tc.add_argument("--balanced-mix", action="store_true",
+                    help="train on a 1/3-1/3-1/3 DF / UC / neither problem mix (the gate uses 20/30/50)")
+    tc.add_argument("--gate-problems", type=int, default=2000, help="held-out problems for the gate (default 2000)")
+    tc.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    tc.add_argument("--out", required=True, help="directory under which chainadd-<order>-<key>/ is written (a shipped "
+                                                 "copy of the same recipe is used instead)")
+    tc.set_defaults(fn=cmd_train_chainadd)

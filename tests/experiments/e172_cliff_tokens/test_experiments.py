@@ -10,7 +10,8 @@ from agentmill.experiments import get
 from agentmill.experiments.protocol import RunContext
 
 IDS = ["e172.cliff_ztest", "e172.cliff_estimator", "e172.cliff_localization", "e172.cliff_taxonomy",
-       "e172.cliff_deterministic", "e172.cliff_deletion", "e172.cliff_eos_quirk", "e172.cliff_perf"]
+       "e172.cliff_deterministic", "e172.cliff_deletion", "e172.cliff_eos_quirk", "e172.cliff_dpo_compute",
+       "e172.cliff_dpo_types", "e172.cliff_perf"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,8 @@ def test_registered() -> None:
 
 
 @pytest.mark.parametrize("eid", [pytest.param(i, marks=pytest.mark.slow) if i in ("e172.cliff_eos_quirk",
-                                 "e172.cliff_perf") else i for i in IDS])  # those two: ~4 s of tiny torch each
+                                 "e172.cliff_perf", "e172.cliff_dpo_compute", "e172.cliff_dpo_types") else i
+                                 for i in IDS])  # those four: ~4 s of tiny torch each
 def test_smoke_measure_and_plots(eid: str, tmp_path) -> None:
     exp = get(eid)
     ctx = _ctx(tmp_path)

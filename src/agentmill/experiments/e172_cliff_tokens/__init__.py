@@ -7,5 +7,5 @@ PAPER = ("Ko, Kang, Lee, Cliff Tokens: Identifying Single-Token Failure Triggers
          "arXiv:2606.25524")
 
 MODULES: tuple[str, ...] = ("ztest", "estimator", "localization", "taxonomy", "deterministic", "deletion",
-                            "eos_quirk", "perf")
+                            "eos_quirk", "dpo_compute", "dpo_types", "perf")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""
