@@ -3,7 +3,8 @@ changed, sweep a dose, and verify registries and replays (docs/methods/forensics
 ``agentmill.methods.forensics``.
 
 Exit codes: 0 ok; 2 bad input (a tampered registry, an edited replay, an arm that changes more than one thing, an
-off-policy rewind: the message names the line that broke).
+off-policy rewind: the message names the line that broke); 3 precondition not met (``--agent organism`` whose card
+records failed gates, without ``--allow-unvalidated``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 EXAMPLES = """examples:
   agentmill forensics register --registry runs/reg --id H_self --motive self_consistency --category malign --predict actor=developer:-1 --positive-control appeal=asks_to_report --freeze
-  agentmill forensics replay env:loyalty --set actor=developer --out runs/replay
-  agentmill forensics sweep tedium --variable n_errors --n 100 --plot runs/dose.png
+  agentmill forensics replay env:loyalty --mode episode --set actor=developer --out runs/replay
+  agentmill forensics sweep tedium --variable n_errors --agent organism --n 40 --plot runs/dose.png
 """
 
 
@@ -29,9 +30,41 @@ def _value(env: Any, variable: str, raw: str) -> Any:
     raise ValueError(f"{variable}={raw!r}: not in the domain {list(var.domain)} of env {env.name}")
 
 
-def _agent(env: Any, spec: str) -> Any:
+class PreconditionNotMet(RuntimeError):
+    """An organism whose card records failed gates, asked for without --allow-unvalidated (exit 3)."""
+
+
+def _exit3(fn: Any) -> Any:
+    """``fn`` with :class:`PreconditionNotMet` turned into exit code 3 and its message."""
+    import functools
+    import sys
+
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except PreconditionNotMet as e:
+            print(f"precondition not met: {e}", file=sys.stderr)
+            return 3
+
+    return run
+
+
+def _agent(env: Any, spec: str, *, allow_unvalidated: bool = False) -> Any:
     from agentmill.methods.forensics import LMAgent, PlantedAgent
 
+    if spec == "organism":  # the shipped tiny agent organism (tedium and loyalty only)
+        from agentmill.methods.forensics.organism import ENV_NAMES, OrganismAgent, load_agent_organism
+
+        if env.name not in ENV_NAMES:
+            raise ValueError(f"--agent organism acts in {', '.join(ENV_NAMES)} only, not {env.name}")
+        lm, card = load_agent_organism(allow_unvalidated=True)
+        if not card.validated and not allow_unvalidated:
+            raise PreconditionNotMet(f"the tiny agent organism's card records failed gates {card.gate_pass}; pass "
+                                     "--allow-unvalidated to run it anyway (results are then stamped unvalidated)")
+        if not card.validated:
+            print(f"warning: unvalidated organism (gates {card.gates})")
+        return OrganismAgent(env, lm)
     if spec.startswith("planted"):
         policy = spec.split(":", 1)[1] if ":" in spec else next(iter(env.policies))
         return PlantedAgent(env, policy)
@@ -87,12 +120,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from agentmill.methods.forensics import Episode, load_env, replay, run_episode
     from agentmill.methods.forensics.variables import Intervention
 
+    from agentmill.methods.forensics.episode_mode import ScriptedExplorer, replay_tool_episode, run_tool_episode
+
+    def agent_for(env: Any, mode: str) -> Any:
+        a = _agent(env, args.agent, allow_unvalidated=args.allow_unvalidated)
+        if mode != "episode":
+            return a
+        if hasattr(a, "step"):
+            return a
+        if args.agent.startswith("planted"):
+            return ScriptedExplorer(env, a)
+        from agentmill.methods.forensics.episode_mode import LMToolAgent
+
+        return LMToolAgent(env, a.lm)
+
     if args.episode.startswith("env:"):
         env = load_env(args.episode[4:])
-        ep = run_episode(env, env.values(), _agent(env, args.agent), seed=args.seed, episode_id="cli/incident")
+        if args.mode == "episode":
+            ep = run_tool_episode(env, env.values(), agent_for(env, "episode"), seed=args.seed,
+                                  episode_id="cli/incident")
+        else:
+            ep = run_episode(env, env.values(), _agent(env, args.agent, allow_unvalidated=args.allow_unvalidated),
+                             seed=args.seed, episode_id="cli/incident")
     else:
         ep = Episode.load(args.episode)
         env = ep.env
+    mode = ep.header.get("mode", "decision")
     if len(args.set) > 1:
         from agentmill.methods.forensics.variables import MultiVariableArmError
 
@@ -103,7 +156,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         change = Intervention(var, _value(env, var, raw))
     rewind: Any = int(args.rewind) if args.rewind.isdigit() else args.rewind
     try:
-        new = replay(ep, _agent(env, args.agent), change=change, rewind=rewind)
+        if mode == "episode":
+            new = replay_tool_episode(ep, agent_for(env, "episode"), change=change, rewind=rewind)
+        else:
+            new = replay(ep, _agent(env, args.agent, allow_unvalidated=args.allow_unvalidated), change=change,
+                         rewind=rewind)
     except ReplayMiss as e:
         raise ValueError(str(e)) from None
     if args.out:
@@ -114,7 +171,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"wrote {out / 'original.jsonl'} and {out / 'replayed.jsonl'}")
     changed = [e["payload"]["doc"] for e, f in zip(ep.events, new.events)
                if e["kind"] == "observation" and e["payload"]["text"] != f["payload"]["text"]]
-    print(json.dumps({"env": env.name, "change": new.header["change"], "rewind_step": new.header["rewind"],
+    print(json.dumps({"env": env.name, "mode": mode, "change": new.header["change"],
+                      "rewind_step": new.header["rewind"],
                       "documents_changed": changed, "action_before": ep.action, "action_after": new.action,
                       "identical_log": new.tool_log() == ep.tool_log()}, indent=1))
     return 0
@@ -131,7 +189,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if var.kind != "numeric":
         raise ValueError(f"--variable {args.variable} is {var.kind}; a dose sweep needs a numeric variable "
                          f"({[v.name for v in env.variables if v.kind == 'numeric']})")
-    agent = _agent(env, args.agent)
+    agent = _agent(env, args.agent, allow_unvalidated=args.allow_unvalidated)
     base = env.values(**{k: _value(env, k, v) for k, v in (s.split("=", 1) for s in args.set)})
     doses, ys = [], []
     for d in var.domain:
@@ -175,7 +233,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.replayed is None:
         raise ValueError(f"{target}: not a registry directory (no ledger.jsonl); to verify a replay pass the "
                          "original episode and --replayed FILE")
-    var = check_replay(Episode.load(target), Episode.load(args.replayed))
+    original, replayed = Episode.load(target), Episode.load(args.replayed)
+    if original.header.get("mode") == "episode":
+        from agentmill.methods.forensics.episode_mode import check_tool_replay
+
+        var = check_tool_replay(original, replayed)
+    else:
+        var = check_replay(original, replayed)
     print(f"replay verifies: only {var!r} changed, inside its slots" if var else "replay verifies: no change")
     return 0
 
@@ -208,21 +272,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], help="VARIABLE=VALUE, the one change (omit: no change)")
     p.add_argument("--rewind", default="first_exposure",
                    help="first_exposure (default), start, or a step index not after the first exposure")
-    p.add_argument("--agent", default="planted", help="planted[:POLICY] (default the env's first) or an LM spec")
+    p.add_argument("--agent", default="planted", help="planted[:POLICY] (default the env's first), organism (the shipped tiny agent organism; "
+                        "tedium, loyalty) or an LM spec")
     p.add_argument("--seed", type=int, default=0, help="seed of a fresh episode (env:NAME)")
     p.add_argument("--out", default="", help="directory for original.jsonl and replayed.jsonl")
-    p.set_defaults(fn=cmd_replay)
+    p.add_argument("--mode", default="decision", choices=("decision", "episode"),
+                   help="for env:NAME, record the incident in decision mode (one turn, default) or episode mode (a "
+                        "free tool loop in the in-memory workspace); an episode file carries its own mode")
+    p.add_argument("--allow-unvalidated", action="store_true",
+                   help="with --agent organism: run an organism whose card records failed gates (stamped)")
+    p.set_defaults(fn=_exit3(cmd_replay))
     w = ps.add_parser("sweep", help="dose-response sweep of a numeric variable: d50, trend test, zero_below")
     w.add_argument("env", help="environment name (tedium, loyalty, secret_number, sandbag, whistle, oversight)")
     w.add_argument("--variable", required=True, help="the numeric variable to sweep over its grid")
     w.add_argument("--set", action="append", default=[], help="VARIABLE=VALUE for the other variables; repeatable")
-    w.add_argument("--agent", default="planted", help="planted[:POLICY] or an LM spec")
+    w.add_argument("--agent", default="planted",
+                   help="planted[:POLICY], organism (the shipped tiny agent organism) or an LM spec")
     w.add_argument("--n", type=int, default=100, help="episodes per dose (default 100)")
     w.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the d50 (default 2000)")
     w.add_argument("--log-dose", action="store_true", help="fit the logistic on log dose")
     w.add_argument("--seed", type=int, default=0, help="seed of the episode streams")
     w.add_argument("--plot", default="", help="write the dose-response curve to this PNG")
-    w.set_defaults(fn=cmd_sweep)
+    w.add_argument("--allow-unvalidated", action="store_true",
+                   help="with --agent organism: run an organism whose card records failed gates (stamped)")
+    w.set_defaults(fn=_exit3(cmd_sweep))
     v = ps.add_parser("verify", help="verify a registry's hash chain and rules, or a stored replay against its "
                                      "original")
     v.add_argument("path", help="a registry directory, or an original episode JSONL file")

@@ -6,7 +6,8 @@ none of them: the registry loads them on first use."""
 PAPER = ("Singh, Kroiz, Rajamanoharan, Nanda, Model Forensics: Investigating Whether Concerning Behavior Reflects "
          "Misalignment, arXiv:2606.26071")
 
-MODULES: tuple[str, ...] = ("dose", "loyalty", "calibration", "recovery", "replay", "interrogation", "endpoint", "perf")
+MODULES: tuple[str, ...] = ("dose", "loyalty", "calibration", "recovery", "replay", "interrogation", "endpoint", "perf",
+                            "organism", "episodes")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""
 
 
