@@ -269,3 +269,15 @@ def test_an_interpreter_under_tmp_stays_visible(monkeypatch, tmp_path) -> None:
     argv = bubblewrap.command(["/usr/bin/cat", str(root / "marker.txt")], env={}, tmp_bytes=1 << 20)
     p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert (p.returncode, p.stdout) == (0, "visible"), p.stderr
+
+
+def test_run_command_with_isolate_refuses_rather_than_running_unisolated(monkeypatch) -> None:
+    """``run_command(isolate=True)`` on a machine where bubblewrap cannot run raises with the install hint; only the
+    explicit ``python-only`` mode runs the command without namespaces (and says so in ``layers``)."""
+    monkeypatch.setattr(bubblewrap, "probe", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.delenv(bubblewrap.ENV_MODE, raising=False)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.run_command(["true"], isolate=True)
+    monkeypatch.setenv(bubblewrap.ENV_MODE, "python-only")
+    r = sandbox.run_command(["true"], isolate=True)
+    assert r.returncode == 0 and r.layers["isolation"] == "none"

@@ -713,14 +713,16 @@ def run_command(argv: list[str], *, limits: SandboxLimits = SandboxLimits(), std
     :func:`run_child` without its Python-only layers: its own session and process group, rlimits set before exec
     (``limits``), a scrubbed environment (:data:`CHILD_ENV` plus ``env``), a fresh temp working directory removed
     afterwards, a wall-clock watchdog that kills the whole group, and stdout/stderr each capped at ``max_output``
-    bytes. With ``isolate`` and bubblewrap available the command also runs in fresh namespaces with no network
+    bytes. With ``isolate`` the command also runs in fresh namespaces with no network
     (:mod:`agentmill.core.bubblewrap`; it then works in its private ``/tmp`` and exchanges data only through
-    stdin/stdout); ``layers`` says which layers were active. Never raises for the command's own failure: the caller
-    turns the result into its own verdict."""
+    stdin/stdout); when bubblewrap cannot run here this raises :class:`SandboxUnavailable` (with the install hint)
+    unless ``AGENTMILL_SANDBOX=python-only`` accepts running without it — never a silent downgrade. ``layers`` says
+    which layers were active. Never raises for the command's own failure: the caller turns the result into its own
+    verdict."""
     full_env = {**CHILD_ENV, **(env or {})}
     iso = "none"
     if isolate:
-        iso = "bwrap" if (bubblewrap.mode() != "python-only" and bubblewrap.probe() is None) else "none"
+        iso = "bwrap" if isolation() == "bwrap" else "none"
     cwd = tempfile.mkdtemp(prefix=tmp_prefix)
     if iso == "bwrap":
         argv = bubblewrap.command(list(argv), env=full_env, tmp_bytes=limits.tmp_bytes)
