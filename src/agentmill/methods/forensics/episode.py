@@ -147,6 +147,26 @@ def run_episode(env: EnvSpec, values: Mapping[str, Any], agent: Any, *, seed: in
     return Episode(header, events)
 
 
+
+def checked_change(episode: Episode, env: EnvSpec, change: Intervention | None
+                   ) -> tuple[dict[str, Any], dict[str, Any], int | None]:
+    """``(base values, arm values, first exposure of the changed variable)`` for replaying ``episode`` with
+    ``change`` on ``env``, after the checks every replay makes: the episode was recorded on this version of the
+    environment, the new value is in the variable's domain, exactly one variable changes and only inside its spans
+    (``first`` is None without a change)."""
+    if episode.header.get("env_sha256") != env.sha256:
+        raise ValueError(f"episode {episode.header.get('episode_id')} was recorded on another version of env "
+                         f"{env.name} (spec sha {str(episode.header.get('env_sha256'))[:12]} vs {env.sha256[:12]})")
+    base = episode.values
+    if change is None:
+        return base, dict(base), None
+    if change.value not in env.variable(change.variable).domain:
+        raise ValueError(f"{change.variable}={change.value!r} is not in the domain of env {env.name}")
+    values = {**base, change.variable: change.value}
+    var = changed_variable(base, values)
+    check_span_locality(env.render(base), env.render(values), var)
+    return base, values, episode.first_exposure(var)
+
 def replay(episode: Episode, agent: Any, *, change: Intervention | None = None,
            rewind: str | int = "first_exposure", seed: int | None = None, env: EnvSpec | None = None) -> Episode:
     """Replay ``episode`` with at most one ``change``, from ``rewind`` (``"first_exposure"``, ``"start"`` or a
@@ -156,20 +176,7 @@ def replay(episode: Episode, agent: Any, *, change: Intervention | None = None,
     :class:`~agentmill.methods.forensics.variables.ConfoundedArmError` or :class:`OffPolicyRewindError`. ``env``
     is for an environment built outside :data:`~agentmill.methods.forensics.envs.ENVS` (its sha256 must match)."""
     env = env if env is not None else episode.env
-    if episode.header.get("env_sha256") != env.sha256:
-        raise ValueError(f"episode {episode.header.get('episode_id')} was recorded on another version of env "
-                         f"{env.name} (spec sha {str(episode.header.get('env_sha256'))[:12]} vs {env.sha256[:12]})")
-    base = episode.values
-    values = dict(base)
-    first: int | None = None
-    if change is not None:
-        if change.value not in env.variable(change.variable).domain:
-            raise ValueError(f"{change.variable}={change.value!r} is not in the domain of env {env.name}")
-        values = {**base, change.variable: change.value}
-        var = changed_variable(base, values)
-        control_r, arm_r = env.render(base), env.render(values)
-        check_span_locality(control_r, arm_r, var)
-        first = episode.first_exposure(var)
+    base, values, first = checked_change(episode, env, change)
     if rewind == "start":
         start = 0
     elif rewind == "first_exposure":

@@ -36,9 +36,8 @@ from typing import Any
 
 from agentmill.core.seeding import rng_for
 from agentmill.methods.forensics.envs import EnvSpec
-from agentmill.methods.forensics.episode import Episode, OffPolicyRewindError
-from agentmill.methods.forensics.variables import (ConfoundedArmError, Intervention, Rendered, changed_variable,
-                                                   check_span_locality)
+from agentmill.methods.forensics.episode import Episode, OffPolicyRewindError, checked_change
+from agentmill.methods.forensics.variables import (ConfoundedArmError, Intervention, Rendered, check_span_locality)
 from agentmill.methods.forensics.workspace import Workspace, WorkspaceError
 
 MAX_STEPS = 30
@@ -239,19 +238,7 @@ def replay_tool_episode(episode: Episode, agent: Any, *, change: Intervention | 
     if episode.header.get("mode") != "episode":
         raise ValueError(f"episode {episode.header.get('episode_id')} is a {episode.header.get('mode')!r}-mode "
                          "episode; use forensics.replay for decision mode")
-    if episode.header.get("env_sha256") != env.sha256:
-        raise ValueError(f"episode {episode.header.get('episode_id')} was recorded on another version of env "
-                         f"{env.name}")
-    base = episode.values
-    values = dict(base)
-    first: int | None = None
-    if change is not None:
-        if change.value not in env.variable(change.variable).domain:
-            raise ValueError(f"{change.variable}={change.value!r} is not in the domain of env {env.name}")
-        values = {**base, change.variable: change.value}
-        var = changed_variable(base, values)
-        check_span_locality(env.render(base), env.render(values), var)
-        first = episode.first_exposure(var)
+    base, values, first = checked_change(episode, env, change)
     last = max(e["step"] for e in episode.events)
     if rewind == "start":
         start = 0
