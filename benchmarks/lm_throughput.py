@@ -1,8 +1,10 @@
 """Throughput of the embedded models on this machine: load time, prefill and decode tokens/s, fp32 vs bf16, 2 vs 1
-torch threads, batch 1 vs batched, and the cost of a forked branch vs a fresh prompt. A benchmark (ratios measured
-side by side in one run, medians of repeats), not a test.
+torch threads, batch 1 vs batched, and the cost of a forked branch vs a fresh prompt, for both backends: the
+transformers model (``float32:1``) and the serving engine (``engine-dense:1``, ``engine-int8:1``: ``lm/engine``, what
+``agentmill serve`` runs). A benchmark (ratios measured side by side in one run, medians of repeats), not a test.
 
-    python benchmarks/lm_throughput.py [--models hf:smollm2,hf:qwen-coder-0.5b] [--configs float32:1,...]
+    python benchmarks/lm_throughput.py [--models hf:smollm2,hf:qwen-coder-0.5b]
+                                       [--configs float32:1,engine-dense:1,engine-int8:1]
                                        [--out benchmarks/results/lm_throughput.json] [--quick]
 
 Torch's intra-op threads spin-wait on each other: on 2 cores, another busy process makes 2 threads many times
@@ -97,6 +99,76 @@ def bench(model: str, dtype: str, threads: int, *, prefill_len: int, decode_step
     return out
 
 
+def bench_engine(model: str, weights: str, threads: int, *, prefill_len: int, decode_steps: int,
+                 batches: tuple[int, ...], branch_back: int, repeats: int) -> dict:
+    """The serving engine's side of :func:`bench`: the same prompt, prefill (logits of the last row, as serving needs)
+    and one-token decode steps of ``b`` sequences in one ragged forward. A fork is a KV truncation, so the branch
+    rows are the engine's truncate + re-feed + decode vs a fresh prefill + decode."""
+    from agentmill.cli.serve import load_engine
+    from agentmill.lm.engine.model import RaggedBatch
+
+    t0 = time.perf_counter()
+    engine, _ = load_engine(model, "float32", threads, max_model_len=prefill_len + decode_steps + 8, weights=weights)
+    load_s = time.perf_counter() - t0
+    ids = ([int(t) for t in engine.tokenizer.encode(PROMPT)] * 40)[:prefill_len]
+    short = model.removeprefix("hf:")
+    out: dict = {"config": f"{short}, engine {weights}, {threads} thr", "model": model, "dtype": f"engine-{weights}",
+                 "threads": threads, "n_params": None, "load_seconds": round(load_s, 2),
+                 "loaded_from": "engine (" + ("int8 weights" if weights == "int8" else "float32 weights") + ")"}
+
+    def run(prompts: list[list[int]], steps: int) -> None:
+        seqs = [engine.new_sequence() for _ in prompts]
+        try:
+            batch = RaggedBatch()
+            for q, p in zip(seqs, prompts):
+                batch.add(q, p, "last")
+            engine.forward(batch)
+            for _ in range(steps):
+                batch = RaggedBatch()
+                for q in seqs:
+                    batch.add(q, [0], "last")
+                engine.forward(batch)
+        finally:
+            for q in seqs:
+                engine.free(q)
+
+    for b in batches:
+        if b <= 4:
+            out[f"prefill_tok_s_b{b}"] = b * prefill_len / _timed(lambda b=b: run([ids] * b, 0), repeats)
+    out["prefill_last_logits_tok_s_b1"] = out.get("prefill_tok_s_b1")
+    for b in batches:
+        t_all = _timed(lambda b=b: run([ids] * b, decode_steps), repeats)
+        t_pre = _timed(lambda b=b: run([ids] * b, 0), repeats)
+        step = max(t_all - t_pre, 1e-9) / decode_steps
+        out[f"decode_tok_s_b{b}"] = b / step
+        out[f"decode_step_ms_b{b}"] = 1000 * step
+    branch_at = prefill_len - branch_back
+
+    def forked():
+        q = engine.new_sequence()
+        try:
+            engine.forward(RaggedBatch().add(q, ids, "last"))
+            t1 = time.perf_counter()
+            engine.truncate(q, branch_at - 1)
+            engine.forward(RaggedBatch().add(q, [ids[branch_at - 1]], "last"))
+            for _ in range(decode_steps):
+                engine.forward(RaggedBatch().add(q, [0], "last"))
+            return time.perf_counter() - t1
+        finally:
+            engine.free(q)
+
+    def fresh():
+        run([ids[:branch_at]], decode_steps)
+
+    forked()
+    out["forked_branch_s"] = statistics.median(forked() for _ in range(repeats))
+    out["fresh_prompt_s"] = _timed(fresh, repeats)
+    out["branch_vs_fresh_ratio"] = out["forked_branch_s"] / out["fresh_prompt_s"]
+    out["fork_overhead_s"] = None
+    out["fork_cost_in_decode_steps"] = None
+    return out
+
+
 ROWS = [  # (metric, label) in table order
     ("prefill_tok_s_b1", "prefill tok/s, batch 1"),
     ("prefill_tok_s_b4", "prefill tok/s, batch 4"),
@@ -120,7 +192,8 @@ def main() -> None:
     ap.add_argument("--models", default="hf:smollm2",
                     help="comma-separated model specs, e.g. hf:smollm2,hf:qwen-coder-0.5b (default hf:smollm2)")
     ap.add_argument("--configs", default="float32:2,float32:1,bfloat16:2",
-                    help="comma-separated dtype:threads pairs run for every model")
+                    help="comma-separated dtype:threads pairs run for every model; engine-dense:T and engine-int8:T "
+                         "run the serving engine (float32 activations) instead of transformers")
     args = ap.parse_args()
     import torch
     import transformers
@@ -130,7 +203,8 @@ def main() -> None:
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in args.configs.split(",")]
-    rows = [bench(m, dtype, threads, **kw) for m in args.models.split(",") for dtype, threads in configs]
+    rows = [bench_engine(m, dtype.removeprefix("engine-"), threads, **kw) if dtype.startswith("engine-")
+            else bench(m, dtype, threads, **kw) for m in args.models.split(",") for dtype, threads in configs]
     wall = time.perf_counter() - t0
     load_after = os.getloadavg()
     from rich.console import Console
