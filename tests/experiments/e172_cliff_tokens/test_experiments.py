@@ -11,7 +11,8 @@ from agentmill.experiments.protocol import RunContext
 
 IDS = ["e172.cliff_ztest", "e172.cliff_estimator", "e172.cliff_localization", "e172.cliff_taxonomy",
        "e172.cliff_deterministic", "e172.cliff_deletion", "e172.cliff_eos_quirk", "e172.cliff_dpo_compute",
-       "e172.cliff_dpo_types", "e172.cliff_perf"]
+       "e172.cliff_dpo_types", "e172.cliff_tiny_estimator", "e172.cliff_tiny_localization",
+       "e172.cliff_tiny_deterministic", "e172.cliff_perf"]
 
 
 @pytest.fixture(autouse=True)

@@ -7,5 +7,6 @@ PAPER = ("Ko, Kang, Lee, Cliff Tokens: Identifying Single-Token Failure Triggers
          "arXiv:2606.25524")
 
 MODULES: tuple[str, ...] = ("ztest", "estimator", "localization", "taxonomy", "deterministic", "deletion",
-                            "eos_quirk", "dpo_compute", "dpo_types", "perf")
+                            "eos_quirk", "dpo_compute", "dpo_types", "perf",
+                            "tiny_estimator", "tiny_localization", "tiny_deterministic")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""
