@@ -167,6 +167,61 @@ def cmd_twin(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_EXAMPLES = """examples:
+  agentmill probe export --inspect --in rollouts.jsonl --out rollouts.eval
+  agentmill probe export --inspect --in rollouts.jsonl --out rollouts.json --decode none
+"""
+
+
+def _prompt_decoder(spec: str):
+    """A function decoding prompt token ids with the model ``spec`` names (the shipped organisms by name, any other
+    loadable LM spec), or None with a warning when it cannot be loaded."""
+    import sys
+
+    from agentmill.methods.first_token_probe.organism import load_organism, organism_name
+
+    try:
+        for variant in ("locked", "deliberative"):
+            if spec == f"tiny:{organism_name(variant)}":
+                return load_organism(variant, allow_unvalidated=True)[0].decode  # its tokenizer only: no claim
+        from agentmill.lm import load_lm
+
+        lm = load_lm(spec)
+        if hasattr(lm, "decode"):
+            return lm.decode
+    except Exception as e:  # noqa: BLE001 - any load failure: export without prompt text, and say so
+        print(f"warning: cannot load {spec} to decode the prompts ({type(e).__name__}: {e}); exporting without "
+              "prompt text (--decode none)", file=sys.stderr)
+        return None
+    print(f"warning: {spec} has no decode(); exporting without prompt text", file=sys.stderr)
+    return None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Rollouts -> one Inspect eval log (needs the 'inspect' extra): one sample per rollout, judge labels as scores."""
+    import sys
+
+    if not args.inspect:
+        raise ValueError("choose the export format: --inspect (an Inspect eval log) is the one there is")
+    from agentmill.methods.first_token_probe.inspect_export import export_inspect, load_rollouts
+
+    decode = None
+    if args.decode == "auto":
+        specs = sorted({str(r.get("lm_spec") or "") for r in load_rollouts(args.src)} - {""})
+        if len(specs) == 1:
+            decode = _prompt_decoder(specs[0])
+        else:
+            print(f"warning: rollouts of {len(specs)} models ({specs}): exporting without prompt text",
+                  file=sys.stderr)
+    path, log = export_inspect(args.src, args.out, decode=decode)
+    print(f"wrote {path}: {len(log.samples)} rollouts (Inspect log, {path.suffix[1:]}); refuse share by score "
+          "(Inspect mean over scored samples):")
+    for sc in log.results.scores:
+        print(f"  {sc.name}: {sc.metrics['mean'].value:.3f} over {sc.scored_samples} scored, "
+              f"{sc.unscored_samples} unscored")
+    return 0
+
+
 def _organism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", default="locked", choices=("locked", "deliberative"),
                    help="which shipped tiny organism (default locked)")
@@ -242,3 +297,15 @@ def register(sub) -> None:
     t.add_argument("--snr", type=float, default=1.5, help="signal-to-noise of the planted signal (default 1.5)")
     t.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     t.set_defaults(fn=cmd_twin)
+    e = ps.add_parser("export", help="write sampled rollouts (probe sample --out) as an Inspect eval log: one "
+                                     "sample per rollout, the judges' labels, vote and truth as scores",
+                      epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("--inspect", action="store_true",
+                   help="write an Inspect eval log through inspect_ai.log (the one format; needs the 'inspect' "
+                        "extra: pip install 'agentmill[inspect]')")
+    e.add_argument("--in", dest="src", required=True, help="the rollouts JSONL written by probe sample --out")
+    e.add_argument("--out", required=True, help="the log file: NAME.eval (Inspect's zip log) or NAME.json")
+    e.add_argument("--decode", default="auto", choices=("auto", "none"),
+                   help="prompt text for the user turn: auto decodes the stored prompt token ids with the "
+                        "rollouts' own model (default); none keeps only the ids")
+    e.set_defaults(fn=cmd_export)

@@ -244,6 +244,34 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_EXAMPLES = """examples:
+  agentmill forensics export --inspect --in runs/replay --out runs/replay.eval
+  agentmill forensics export --inspect --in runs/replay/replayed.jsonl --out runs/replayed.json
+"""
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Episodes -> one Inspect eval log (needs the 'inspect' extra): one sample per episode, ``concerning`` score."""
+    if not args.inspect:
+        raise ValueError("choose the export format: --inspect (an Inspect eval log) is the one there is")
+    from agentmill.methods.forensics.inspect_export import export_inspect
+
+    path, log = export_inspect(args.src, args.out)
+    arms: dict[str, list[int]] = {}
+    for s in log.samples:
+        sc = s.scores["concerning"]
+        k_n = arms.setdefault(s.metadata["arm"], [0, 0])
+        if sc.value == sc.value:  # NaN (an invalid action) is unscored: counted in neither
+            k_n[0] += int(sc.value)
+            k_n[1] += 1
+    m = log.results.scores[0].metrics
+    print(f"wrote {path}: {len(log.samples)} samples (Inspect log, {path.suffix[1:]}); concerning mean "
+          f"{m['mean'].value:.3f} (stderr {m['stderr'].value:.3f})")
+    for arm, (k, n) in arms.items():
+        print(f"  arm {arm}: {k}/{n} concerning")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     sp = sub.add_parser("forensics", help="model forensics: pre-registered hypotheses and single-variable replays "
                                           "(E174)",
@@ -301,3 +329,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("path", help="a registry directory, or an original episode JSONL file")
     v.add_argument("--replayed", default=None, help="with an episode file: the replayed episode to check")
     v.set_defaults(fn=cmd_verify)
+    x = ps.add_parser("export", help="write episodes (a replay's pair, or a directory of episode files) as an "
+                                     "Inspect eval log: one sample per episode, arm in metadata, concerning score",
+                      epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    x.add_argument("--inspect", action="store_true",
+                   help="write an Inspect eval log through inspect_ai.log (the one format; needs the 'inspect' "
+                        "extra: pip install 'agentmill[inspect]')")
+    x.add_argument("--in", dest="src", required=True,
+                   help="an episode JSONL file, or a directory of them (e.g. the --out of forensics replay)")
+    x.add_argument("--out", required=True, help="the log file: NAME.eval (Inspect's zip log) or NAME.json")
+    x.set_defaults(fn=cmd_export)

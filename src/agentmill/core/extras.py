@@ -33,6 +33,7 @@ EXTRA_IMPORTS: dict[str, tuple[str, ...]] = {
     "cuda-static": ("nvidia",),
     "kernelpro": ("numba",),
     "agents": ("minisweagent",),
+    "inspect": ("inspect_ai",),
 }
 """Extra name -> the top-level modules it must make importable (the first listed extra wins for a shared one)."""
 

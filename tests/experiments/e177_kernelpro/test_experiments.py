@@ -26,7 +26,8 @@ def _smoke(exp_id: str, tmp_path) -> tuple:
 def test_registered_and_flags() -> None:
     from agentmill.experiments.e177_kernelpro import MODULES
 
-    assert set(MODULES) == {"roofline", "tools", "wall", "search", "live", "llm", "cuda_static", "perf"}
+    assert set(MODULES) == {"roofline", "tools", "wall", "search", "live", "llm", "cuda_static", "perf",
+                            "search_budget"}
     assert not get("e177.kernelpro_perf").parallel_safe and get("e177.kernelpro_cuda_static").parallel_safe
 
 

@@ -7,5 +7,6 @@ PAPER = ("Gai, Zhang, Bostrom, Huang, Patil, Fang, Wang, Rangwala, Karypis, Opti
          "Micro-Profiling Tools as Expert Surrogates for LLM-Based GPU Kernel Optimization (KernelPro), "
          "arXiv:2606.26453")
 
-MODULES: tuple[str, ...] = ("roofline", "tools", "wall", "search", "live", "llm", "cuda_static", "perf")
+MODULES: tuple[str, ...] = ("roofline", "tools", "wall", "search", "live", "llm", "cuda_static", "perf",
+                           "search_budget")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""
