@@ -177,6 +177,7 @@ def test_variant_of_names_the_model_that_differs_from_the_registered_one() -> No
     assert variant_of(rec(), organism) is None
     assert variant_of(rec(n=9), organism) is None  # a --set that leaves the model alone is no model variant
     assert variant_of(rec(base="hf:qwen-coder-0.5b"), organism) == "qwen-coder-0.5b"
+    assert variant_of(rec(base="openai:qwen-coder-0.5b@http://127.0.0.1:8011/v1"), organism) == "qwen-coder-0.5b"
     assert variant_of(rec("hf:smollm2"), by_model) is None
     assert variant_of(rec("hf:qwen-coder-0.5b"), by_model) == "qwen-coder-0.5b"
     assert variant_of(rec("tiny:organism/seed 3"), by_model) == "organism-seed-3"

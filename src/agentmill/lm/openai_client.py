@@ -47,7 +47,8 @@ class OpenAILM:
     """A black-box ``LM`` backed by an OpenAI-compatible server."""
 
     def __init__(self, model: str, base_url: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 max_retries: int = DEFAULT_RETRIES, backoff: float = 0.5, api_key: str | None = None) -> None:
+                 max_retries: int = DEFAULT_RETRIES, backoff: float = 0.5, api_key: str | None = None,
+                 extra_body: dict[str, Any] | None = None) -> None:
         try:
             import openai
         except ImportError as e:
@@ -59,7 +60,11 @@ class OpenAILM:
         # SDK retries are off: we retry ourselves so the count and the final message are ours.
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
                                     timeout=timeout, max_retries=0)
-        self.info = {"spec": self.spec, "timeout": timeout, "max_retries": max_retries}
+        # Server-specific request fields sent with every call (e.g. a reasoning toggle such as vLLM's
+        # {"chat_template_kwargs": {"enable_thinking": false}}); the OpenAI SDK merges them into the JSON body.
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.info = {"spec": self.spec, "timeout": timeout, "max_retries": max_retries,
+                     **({"extra_body": self.extra_body} if self.extra_body else {})}
         self._ask_token_logprobs = True
 
     # -------------------------------------------------------------------------------------------- errors
@@ -128,6 +133,8 @@ class OpenAILM:
             kw["stop"] = list(c.stop)[:4]  # the API accepts at most 4 stop strings
         if c.seed is not None:
             kw["seed"] = c.seed
+        if self.extra_body:
+            kw["extra_body"] = self.extra_body
         return kw
 
     def _chat(self, prompt: Sequence[Message], c: GenerateConfig) -> list[Completion]:
@@ -137,7 +144,11 @@ class OpenAILM:
         out = []
         for ch in sorted(resp.choices, key=lambda x: x.index):
             lps = tuple(t.logprob for t in (ch.logprobs.content or [])) if ch.logprobs else ()
-            out.append(self._finish(ch.message.content or "", ch.finish_reason, lps, resp, c))
+            done = self._finish(ch.message.content or "", ch.finish_reason, lps, resp, c)
+            reasoning = getattr(ch.message, "reasoning_content", None)  # servers that split the thinking off
+            if reasoning:
+                done.meta["reasoning"] = str(reasoning)
+            out.append(done)
         return out
 
     def _complete(self, prompt: str, c: GenerateConfig) -> list[Completion]:

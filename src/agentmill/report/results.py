@@ -84,7 +84,9 @@ def variant_of(rec: RunRecord, exp: Experiment) -> str | None:
 
     The same claims re-run on another model (``--model hf:qwen-coder-0.5b``, or ``--set base=...`` where a setup
     names its model) are published beside the registered model's rows, not over them: their summary is
-    ``results/<profile>/<id>@<variant>.json``. The variant is named after the specs that differ (prefix dropped)."""
+    ``results/<profile>/<id>@<variant>.json``. The variant is named after the specs that differ (prefix dropped, and
+    an ``openai:`` endpoint's address too: ``openai:qwen-coder-0.5b@http://127.0.0.1:8011/v1`` is ``qwen-coder-0.5b``,
+    the address being transport, as in a recording's key)."""
     registered = exp.setups.get(rec.profile)
     default_setup = dataclasses.asdict(registered) if registered is not None else {}
     default_model = DEFAULT_MODEL if exp.uses_model else None
@@ -95,8 +97,13 @@ def variant_of(rec: RunRecord, exp: Experiment) -> str | None:
     else:
         before = _named_specs(default_setup)
         specs = [spec for spec in _named_specs(rec.setup) if spec not in before] or ["setup"]
-    names = [re.sub(r"[^a-z0-9.]+", "-", spec.split(":", 1)[-1].lower()).strip("-.") for spec in specs]
+    names = [re.sub(r"[^a-z0-9.]+", "-", _without_address(spec).split(":", 1)[-1].lower()).strip("-.")
+             for spec in specs]
     return "+".join(n for n in names if n) or "variant"
+
+
+def _without_address(spec: str) -> str:
+    return spec.split("@", 1)[0] if spec.startswith("openai:") else spec
 
 
 def missing_reason(rec: RunRecord) -> str:

@@ -111,3 +111,39 @@ def test_pf7_kept_cache_turn_is_timed_against_a_reprefill_and_plotted(tmp_path) 
     data = {"cpu": {"model": "x"}, "pf4": {"ratios": [5.0]}, "pf5": {"git_s": [1.0], "checkout_s": [2.0]},
             "pf6": {"repo": "fixture", "bare_s": [1.0], "sandboxed_s": [1.2]}, "pf7": pf7}
     assert [p.name for p in plots(data, tmp_path)] == ["perf.png"]
+
+
+@pytest.mark.slow
+def test_localize_endpoint_arm_renamed_view_thinking_arms_and_replay(tmp_path) -> None:
+    """S-3, S-7 and S-8 through a real ``openai:`` endpoint (a loopback stub answering as the scripted localizer):
+    the renamed view is localized too, the thinking arms send their request fields, and the recording made on the
+    way answers a second run with no request at all."""
+    import dataclasses
+    import json
+
+    from agentmill.core.types import Message
+    from agentmill.lm.loopback import LoopbackServer
+    from agentmill.methods.sherloc import ScriptedLocalizer
+
+    scripted = ScriptedLocalizer()
+    with LoopbackServer(lambda req: scripted.reply([Message.from_dict(m) for m in req.body["messages"]]),
+                        model="stub") as srv:
+        exp = get("e169.sherloc_localize")
+        rec = tmp_path / "rec.jsonl"
+        s = dataclasses.replace(exp.setups["smoke"], lm=srv.lm_spec, replay=str(rec), replay_mode="record-missing",
+                                thinking_on='{"chat_template_kwargs": {"enable_thinking": true}}',
+                                thinking_off='{"chat_template_kwargs": {"enable_thinking": false}}')
+        ctx = _ctx(tmp_path / "a")
+        m = exp.measure(s, ctx)
+        sent = srv.requests
+        bodies = [r.body for r in srv.log]
+    assert sent > 0 and {"s3_acc1_minus_bm25", "s7_acc1_drop_seeded", "s8_recall1_on_minus_off"} <= set(m)
+    assert {"thinking_on_acc1", "renamed_acc1"} <= set(ctx.data["rows"][0])
+    toggles = [b.get("chat_template_kwargs") for b in bodies]
+    assert {"enable_thinking": True} in toggles and {"enable_thinking": False} in toggles and None in toggles
+    renamed_prompts = [b for b in bodies if "pkg_" in json.dumps(b["messages"])]
+    assert renamed_prompts  # the renamed view reached the model
+    assert rec.exists() and rec.with_suffix(".thinking_on.jsonl").exists()
+    replayed = exp.measure(dataclasses.replace(s, replay_mode="replay", lm="openai:stub@http://127.0.0.1:9/v1"),
+                           _ctx(tmp_path / "b"))
+    assert {k: v.value for k, v in replayed.items()} == {k: v.value for k, v in m.items()}

@@ -2,8 +2,10 @@
 
 An empty ``lm`` field means no endpoint and no recording: the run records ``precondition not met: no endpoint``
 and no claim metric (never a verdict from a stand-in). ``openai:MODEL@URL`` calls an endpoint; with a
-``replay`` file the same spec is answered from that recording (``lm/replay.py``) and never called;
-``scripted:sherloc-localizer`` runs the scripted arm, whose numbers are kept as observed only."""
+``replay`` file the same spec is answered from that recording (``lm/replay.py``) and never called; with
+``replay_mode="record-missing"`` the endpoint answers what the file lacks and every reply is appended before it is
+used (an interrupted recording resumes where it stopped); ``scripted:sherloc-localizer`` runs the scripted arm, whose
+numbers are kept as observed only."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ NO_ENDPOINT = (f"{PRECONDITION_NOT_MET}: no endpoint (set lm=openai:MODEL@URL, a
                "recording)")
 
 
-def endpoint_lm(spec: str, ctx: Any, replay: str = "") -> Any | None:
+REPLAY_MODES = ("replay", "record-missing")
+
+
+def endpoint_lm(spec: str, ctx: Any, replay: str = "", mode: str = "replay") -> Any | None:
     """The LM for ``spec``, or None (and the precondition noted in ``ctx.data``) when there is none."""
     if not spec:
         ctx.data["precondition"] = NO_ENDPOINT
@@ -25,8 +30,16 @@ def endpoint_lm(spec: str, ctx: Any, replay: str = "") -> Any | None:
         from agentmill.methods.sherloc import ScriptedLocalizer
 
         return ScriptedLocalizer()
-    if replay:
+    if mode not in REPLAY_MODES:
+        raise ValueError(f"replay_mode must be one of {REPLAY_MODES}, got {mode!r}")
+    if replay and mode == "replay":
         from agentmill.lm.replay import RecordReplayLM
 
         return RecordReplayLM(None, replay, mode="replay", spec=spec)
-    return ctx.load_lm(spec)
+    inner = ctx.load_lm(spec)
+    if replay:
+        from agentmill.lm.replay import RecordReplayLM
+
+        return RecordReplayLM(inner, replay, mode="record-missing", spec=spec)
+    return inner
+

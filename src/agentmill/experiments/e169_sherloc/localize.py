@@ -4,12 +4,19 @@ With an endpoint (``lm=openai:…``, or with ``replay=FILE`` a recording of it) 
 single-file instance once (k = 1) and Acc@1 is compared, paired per instance, with BM25 top-1 (the issue as the
 query over the files of the filtered view) and with "files named in the issue" (issue style (a): package frames
 removed). Without one, the claim is "precondition not met: no endpoint", and the baselines and the scripted
-localizer's row are still recorded (observed, labelled). S-7 (renamed repositories) and S-8 (thinking on/off) need
-an endpoint and are not built.
+localizer's row are still recorded (observed, labelled).
+
+With an endpoint the same instances are also localized in their renamed view (S-7: package, modules and top-level
+names replaced in code and issue, ``methods/sherloc/rename.py``), and the Acc@1 drop is reported; with two reasoning
+settings (``thinking_on``/``thinking_off``: JSON request fields the endpoint understands, e.g. vLLM's
+``{"chat_template_kwargs": {"enable_thinking": true}}``) both are run and Recall@1 and the valid-output rate are
+reported (S-8). Both are reported without a threshold, as the paper's observations are; S-8 on an endpoint without
+a toggle records why it did not run.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +38,22 @@ class Setup:
     """Endpoint arm: ``openai:MODEL@URL``; empty = no endpoint (precondition not met)."""
     replay: str = ""
     """A recording (``lm/replay.py`` JSONL) that answers ``lm``'s calls; empty = call the endpoint."""
+    replay_mode: str = "replay"
+    """``replay``: the recording answers, a miss is an error; ``record-missing``: the endpoint answers what the
+    recording lacks and each reply is appended before use (how a recording is made, and resumed)."""
     total_steps: int = 20
     max_new_tokens: int = 4096
     seed: int = 0
+    context_window: int = 0
+    """The endpoint's context in tokens (0: the recipe's, unbounded here); the loop exits cleanly past 90 %."""
+    max_tool_output_tokens: int = 0
+    """Cap on one tool output in tokens (0: none, the paper's setting)."""
+    renamed: bool = True
+    """S-7: localize every instance again in its renamed view (endpoint arms only)."""
+    thinking_on: str = ""
+    """S-8: JSON request fields that turn the endpoint's reasoning on (empty: S-8 not run)."""
+    thinking_off: str = ""
+    """S-8: JSON request fields that turn it off."""
 
 
 SETUPS = {"smoke": Setup(corpus="fixture", n_per_package=2), "quick": Setup(),
@@ -58,10 +78,24 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     from agentmill.methods.sherloc import Location, ScriptedLocalizer, SherlocConfig, gold_locations, localize, score
     from agentmill.methods.sherloc.casefile import locations_of
 
+    from agentmill.methods.sherloc.rename import renamed
+
     pairs = [(r, t) for r, t in load(s.corpus, s.n_per_package, s.seed, ctx.work_dir, ctx.progress)
              if single_file(t)]
-    cfg = SherlocConfig(total_steps=s.total_steps, max_new_tokens=s.max_new_tokens, seed=s.seed)
-    lm = endpoint_lm(s.lm, ctx, s.replay)
+    cfg = SherlocConfig(total_steps=s.total_steps, max_new_tokens=s.max_new_tokens, seed=s.seed,
+                        max_tool_output_tokens=s.max_tool_output_tokens or None)
+    window = s.context_window or None
+    lm = endpoint_lm(s.lm, ctx, s.replay, s.replay_mode)
+    think = _thinking_arms(s, ctx) if lm is not None and s.lm != SCRIPTED else {}
+
+    def run(model: Any, issue: str, snap: Any, gold: list, iid: str) -> dict[str, Any]:
+        res = localize(issue, snap, model, cfg, instance_id=iid, seed=s.seed, context_window=window)
+        pred = [Location(*x) for x in locations_of(res.case_file or {})]
+        sc = score(gold, pred, res.status)
+        return {"acc1": sc.file_recall, "precision": sc.file_precision, "files": sc.n_pred_files,
+                "tightness": sc.avg_prediction_tightness, "status": res.status, "reason": res.reason,
+                "valid": float(res.case_file is not None)}
+
     rows = []
     for i, (repo, task) in enumerate(pairs):
         snap = snapshot_of(repo, task)
@@ -81,16 +115,22 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                "scripted_acc1": score(gold, pred_s, scripted.status).file_recall,
                "gold_in_view": float(all(f in view for f in gfiles))}
         if lm is not None:
-            res = localize(task.issue, snap, lm, cfg, instance_id=task.instance_id, seed=s.seed)
-            pred = [Location(*x) for x in locations_of(res.case_file or {})]
-            sc = score(gold, pred, res.status)
-            row.update(lm_acc1=sc.file_recall, lm_precision=sc.file_precision, lm_files=sc.n_pred_files,
-                       lm_tightness=sc.avg_prediction_tightness, lm_status=res.status, lm_reason=res.reason)
+            row.update({f"lm_{k}": v for k, v in run(lm, task.issue, snap, gold, task.instance_id).items()})
+            if s.renamed and s.lm != SCRIPTED:
+                snap_r, issue_r, gold_r = renamed(snap, task.issue, gold, cfg.excluded)
+                row.update({f"renamed_{k}": v for k, v in
+                            run(lm, issue_r, snap_r, gold_r, task.instance_id + "+renamed").items()})
+            for arm, model in think.items():
+                row.update({f"{arm}_{k}": v for k, v in run(model, task.issue, snap, gold, task.instance_id).items()})
         rows.append(row)
         ctx.progress("instances", i + 1, len(pairs))
     n = len(rows)
-    ctx.data.update({"rows": rows, "arm": s.lm or "none", "not_built": "S-7 (renamed repositories) and S-8 "
-                     "(thinking on/off) need an endpoint and are not built"})
+    ctx.data.update({"rows": rows, "arm": s.lm or "none", "model": s.lm.split("@")[0] if s.lm else "none",
+                     "s7": ("renamed view run on every instance" if lm is not None and s.renamed and s.lm != SCRIPTED
+                            else "not run: needs an endpoint arm"),
+                     "s8": ("thinking on/off run on every instance" if think else
+                            "not run: needs an endpoint and its reasoning toggle (thinking_on=/thinking_off= JSON "
+                            "request fields); an endpoint without a toggle (e.g. Qwen2.5-Coder) cannot run it")})
     col = {k: np.array([r[k] for r in rows]) for k in ("bm25_acc1", "named_a_acc1", "named_b_acc1",
                                                         "scripted_acc1", "gold_in_view")}
     out: dict[str, Estimate] = {
@@ -106,9 +146,45 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out["lm_file_precision"] = Estimate.exact(float(np.mean([r["lm_precision"] for r in rows])), n=n)
     out["s3_acc1_minus_bm25"] = paired_diff(acc, col["bm25_acc1"], n_boot=1000, seed=42)
     out["s3_acc1_minus_traceback"] = paired_diff(acc, col["named_a_acc1"], n_boot=1000, seed=42)
+    out["lm_valid_case_file_share"] = proportion_estimate(int(sum(r["lm_valid"] for r in rows)), n)
+    if rows and "renamed_acc1" in rows[0]:  # S-7: every instance here is a seeded bug (no release-diff ones)
+        ren = np.array([r["renamed_acc1"] for r in rows])
+        out["s7_renamed_acc1"] = proportion_estimate(int(ren.sum()), n)
+        out["s7_acc1_drop_seeded"] = paired_diff(acc, ren, n_boot=1000, seed=42)
+    if think:
+        for arm in think:
+            out[f"s8_{arm}_recall1"] = proportion_estimate(int(sum(r[f"{arm}_acc1"] for r in rows)), n)
+            out[f"s8_{arm}_valid_share"] = proportion_estimate(int(sum(r[f"{arm}_valid"] for r in rows)), n)
+        out["s8_recall1_on_minus_off"] = paired_diff(np.array([r["thinking_on_acc1"] for r in rows]),
+                                                     np.array([r["thinking_off_acc1"] for r in rows]),
+                                                     n_boot=1000, seed=42)
     if s.lm == SCRIPTED:
         return unjudged(out, CLAIM_METRICS, "scripted localizer: a plumbing arm, not SHERLOC's model", ctx.data)
     return out
+
+
+def _thinking_arms(s: Setup, ctx: RunContext) -> dict[str, Any]:
+    """S-8's two endpoint arms, ``thinking_on`` and ``thinking_off``, or none when either setting is missing. Each
+    arm records under its own model key (the request fields are not part of a recording's key)."""
+    if not (s.thinking_on and s.thinking_off) or not s.lm.startswith("openai:"):
+        return {}
+    from agentmill.lm.openai_client import OpenAILM
+    from agentmill.lm.replay import RecordReplayLM
+
+    model, _, url = s.lm[len("openai:"):].partition("@")
+    arms: dict[str, Any] = {}
+    for arm, body in (("thinking_on", s.thinking_on), ("thinking_off", s.thinking_off)):
+        fields = json.loads(body)
+        if not isinstance(fields, dict):
+            raise ValueError(f"{arm} must be a JSON object of request fields, got {body!r}")
+        key = f"openai:{model}+{arm}@{url}"  # the recording's key; requests name the real model
+        rec = str(Path(s.replay).with_suffix(f".{arm}.jsonl")) if s.replay else ""
+        if rec and s.replay_mode == "replay":
+            arms[arm] = RecordReplayLM(None, rec, mode="replay", spec=key)
+            continue
+        inner = OpenAILM(model, url, extra_body=fields)
+        arms[arm] = RecordReplayLM(inner, rec, mode="record-missing", spec=key) if rec else inner
+    return arms
 
 
 def plots(data: dict[str, Any], out: Path) -> list[Path]:
