@@ -29,6 +29,11 @@ def test_localize_validate_inject(tmp_path, capsys) -> None:
     assert main(["envs", "pyrepo", "mutate", "--package", "fixture", "--n", "2", "--out",
                  str(tmp_path / "t.jsonl")]) == 0
     assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 2
+    ren = tmp_path / "cf-renamed.jsonl"  # the memorisation control: same instances, renamed code and issue
+    assert main(["sherloc", "localize", "--package", "fixture", "--n", "2", "--renamed", "--out", str(ren)]) == 0
+    rrows = [json.loads(x) for x in ren.read_text().splitlines()]
+    assert [r["instance_id"] for r in rrows] == [r["instance_id"] + "+renamed" for r in rows]
+    assert all(r["trace"]["tool_calls"].get("codebase_search") for r in rrows)  # it searched the renamed code
 
 
 def test_validate_names_the_bad_field(tmp_path, capsys) -> None:

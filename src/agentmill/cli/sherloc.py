@@ -88,6 +88,12 @@ def cmd_localize(args: argparse.Namespace) -> int:
                  t.instance_id, r.key) for r, t in _tasks(args.package, args.n, args.seed)]
     else:
         raise ValueError("give --package (pyrepo seeded bugs) or --repo/--commit/--issue")
+    if args.renamed:  # the memorisation control: package, modules and top-level names replaced in code and issue
+        from agentmill.methods.sherloc.rename import apply, plan
+
+        renamings = [plan(snap, cfg.excluded) for snap, *_ in jobs]
+        jobs = [(apply(snap, r), r.text(issue), iid + "+renamed", name)
+                for (snap, issue, iid, name), r in zip(jobs, renamings)]
     summary = {"written": 0, "skipped": 0, "success": 0}
     for snap, issue, iid, name in jobs:
         if iid in done:
@@ -217,6 +223,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lo.add_argument("--mode", choices=("paper", "product"), default="paper",
                     help="paper: tests hidden from the view; product: tests visible")
     lo.add_argument("--one-shot", action="store_true", help="prepend one worked tool-call exchange (small models)")
+    lo.add_argument("--renamed", action="store_true", help="localize in the renamed view (package, modules and "
+                    "top-level names replaced in code and issue; ids get '+renamed'): the memorisation control")
     lo.add_argument("--out", required=True, help="case files JSONL (ids already in it are skipped)")
     lo.set_defaults(fn=cmd_localize)
     va = ss.add_parser("validate", help="check case files against the schema and (optionally) their repository")
