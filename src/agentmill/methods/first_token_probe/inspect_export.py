@@ -31,13 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentmill.core.extras import MissingExtraError
+from agentmill.core.inspect_log import FORMATS, inspect_api, packages
+from agentmill.core.inspect_log import write_log as core_write_log
 from agentmill.methods.first_token_probe.traces import CLOSE, OPEN
 
 TASK = "agentmill/first_token_probe"
 """The Inspect task name of an exported log."""
-FORMATS = {".eval": "eval", ".json": "json"}
-"""Output suffix -> Inspect log format."""
 REQUIRED = ("rollout_id", "text", "labels", "vote")
 """Keys every rollouts row must have."""
 STOP = {"eos": "stop", "stop": "stop", "length": "max_tokens", "max_tokens": "max_tokens"}
@@ -47,17 +46,6 @@ _PROMPT_RE = re.compile(r"^User: (.*)\nAssistant: " + re.escape(OPEN) + r"$", re
 
 class ExportInputError(ValueError):
     """An input that is not a probe rollouts file, or an output path Inspect cannot write."""
-
-
-def inspect_api() -> Any:
-    """Import Inspect's log, model and scorer modules, or raise :class:`MissingExtraError` naming the extra."""
-    try:
-        import inspect_ai.log
-        import inspect_ai.model
-        import inspect_ai.scorer
-    except ImportError as e:
-        raise MissingExtraError("inspect", "exporting to Inspect eval logs (inspect-ai)") from e
-    return inspect_ai
 
 
 def load_rollouts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -175,7 +163,7 @@ def rollouts_to_eval_log(rollouts: Sequence[Mapping[str, Any] | Any], *,
         task=TASK, task_id=digest[:22], run_id=digest[22:44], eval_id=digest[44:64],
         dataset=api.log.EvalDataset(name="first_token_probe:rollouts", location=location or None,
                                     samples=len(samples), sample_ids=[str(s.id) for s in samples]),
-        model=specs[0] if len(specs) == 1 else "mixed", config=api.log.EvalConfig(), packages=_packages(),
+        model=specs[0] if len(specs) == 1 else "mixed", config=api.log.EvalConfig(), packages=packages(),
         metadata={"exported_by": "agentmill.methods.first_token_probe.inspect_export", "judges": judges,
                   "labels": "1 = refuse, 0 = comply; unscored = abstain or unfinished", "models": specs},
         scorers=[{"name": n, "metrics": [{"name": "inspect_ai/mean"}, {"name": "inspect_ai/stderr"}]}
@@ -185,28 +173,9 @@ def rollouts_to_eval_log(rollouts: Sequence[Mapping[str, Any] | Any], *,
     return log
 
 
-def _packages() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("agentmill", "inspect_ai"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "unknown"
-    return out
-
-
 def write_log(log: Any, out: str | os.PathLike[str]) -> Path:
-    """Write ``log`` with Inspect's ``write_eval_log`` in the format its suffix names (``.eval`` or ``.json``)."""
-    path = Path(out)
-    fmt = FORMATS.get(path.suffix)
-    if fmt is None:
-        raise ExportInputError(f"--out {path}: the file name must end in .eval (Inspect's zip log) or .json")
-    api = inspect_api()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    api.log.write_eval_log(log, str(path), format=fmt)
-    return path
+    """Write ``log`` as an Inspect ``.eval`` or ``.json`` log (:func:`agentmill.core.inspect_log.write_log`)."""
+    return core_write_log(log, out, ExportInputError)
 
 
 def export_inspect(src: str | os.PathLike[str], out: str | os.PathLike[str], *,

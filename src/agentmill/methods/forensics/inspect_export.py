@@ -37,7 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentmill.core.extras import MissingExtraError
+from agentmill.core.inspect_log import FORMATS, inspect_api, packages
+from agentmill.core.inspect_log import write_log as core_write_log
 from agentmill.methods.forensics.agents import decision_prompt
 from agentmill.methods.forensics.envs import ENVS, load_env
 from agentmill.methods.forensics.episode import Episode, EpisodeFormatError
@@ -48,25 +49,11 @@ TOOL = "shell"
 """The tool name episode-mode commands are logged under (the workspace's whitelisted commands)."""
 SCORE = "concerning"
 """The one score of every sample: 1 concerning action, 0 the other action, unscored for an invalid one."""
-FORMATS = {".eval": "eval", ".json": "json"}
-"""Output suffix -> Inspect log format."""
 REQUIRED_HEADER = ("episode_id", "env", "values", "seed")
 
 
 class ExportInputError(ValueError):
     """An input that is not a forensics episode (or episodes), or an output path Inspect cannot write."""
-
-
-def inspect_api() -> Any:
-    """Import Inspect's log, model, tool and scorer modules, or raise :class:`MissingExtraError` naming the extra."""
-    try:
-        import inspect_ai.log
-        import inspect_ai.model
-        import inspect_ai.scorer
-        import inspect_ai.tool
-    except ImportError as e:
-        raise MissingExtraError("inspect", "exporting to Inspect eval logs (inspect-ai)") from e
-    return inspect_ai
 
 
 @dataclass(frozen=True)
@@ -248,7 +235,7 @@ def episodes_to_eval_log(sources: Sequence[Source] | Sequence[Episode], *, locat
         dataset=api.log.EvalDataset(name=f"forensics:{','.join(envs)}", location=location or None,
                                     samples=len(samples), sample_ids=[str(x.id) for x in samples]),
         model=agents[0] if len(agents) == 1 else "mixed", config=api.log.EvalConfig(),
-        packages=_packages(),
+        packages=packages(),
         metadata={"exported_by": "agentmill.methods.forensics.inspect_export", "envs": envs, "agents": agents,
                   "varied_variables": varied, "arms": sorted({a["arm"] for a in arms})},
         scorers=[{"name": SCORE, "metrics": [{"name": "inspect_ai/mean"}, {"name": "inspect_ai/stderr"}]}])
@@ -257,28 +244,9 @@ def episodes_to_eval_log(sources: Sequence[Source] | Sequence[Episode], *, locat
     return log
 
 
-def _packages() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("agentmill", "inspect_ai"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "unknown"
-    return out
-
-
 def write_log(log: Any, out: str | os.PathLike[str]) -> Path:
-    """Write ``log`` with Inspect's ``write_eval_log`` in the format its suffix names (``.eval`` or ``.json``)."""
-    path = Path(out)
-    fmt = FORMATS.get(path.suffix)
-    if fmt is None:
-        raise ExportInputError(f"--out {path}: the file name must end in .eval (Inspect's zip log) or .json")
-    api = inspect_api()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    api.log.write_eval_log(log, str(path), format=fmt)
-    return path
+    """Write ``log`` as an Inspect ``.eval`` or ``.json`` log (:func:`agentmill.core.inspect_log.write_log`)."""
+    return core_write_log(log, out, ExportInputError)
 
 
 def export_inspect(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> tuple[Path, Any]:
