@@ -144,4 +144,6 @@ def make(name: str, **kwargs: Any) -> TextEnv:
 register("keydoor-v0", "agentmill.envs.keydoor:make_keydoor")
 register("keydoor-unique-v0", "agentmill.envs.wrappers:make_keydoor_unique")
 register("textworld-v0", "agentmill.envs.textworld_env:TextWorldEnv")
+register("factsearch-v0", "agentmill.envs.factsearch:make_factsearch")
+register("factsearch-stingy-v0", "agentmill.envs.factsearch:make_factsearch_stingy")
 register_prefix("wm:", "agentmill.methods.world_model.simulator:make_wm_env")

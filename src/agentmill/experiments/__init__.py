@@ -42,6 +42,7 @@ PAPERS: tuple[str, ...] = (
     "agentmill.experiments.e179_dspark",
     "agentmill.experiments.compose_tree_credit",
     "agentmill.experiments.compose_pinned_serving",
+    "agentmill.experiments.compose_injection_control",
 )
 """Each paper's experiment package. Compositions (``compose_<name>/``) are listed here too when they land."""
 

@@ -1,6 +1,7 @@
 """A language world model for agent environments (E167, Qwen-AgentWorld): the Qwen message format and parser,
 KeyDoor transition data, the three-stage recipe on a tiny model (CPT, SFT with reasoning, GRPO on a judge-plus-rule
-reward), five-dimension evaluation, a simulated env, and AgentWorldBench interop (docs/methods/world_model.md)."""
+reward), five-dimension evaluation, a simulated env, AgentWorldBench interop, and a steerable FactSearch world model
+(``domain_factsearch``, ``search_wm``) (docs/methods/world_model.md)."""
 
 from agentmill.methods.world_model.bench import bench_messages, export_bench, load_bench, score
 from agentmill.methods.world_model.config import WMConfig

@@ -4,7 +4,8 @@ A domain parses observations into typed fields and (entity, attribute, value) fa
 the template reasoning from the privileged state diff, and turns a *simulated* observation back into reward,
 termination and the admissible commands (so a policy can act inside the simulator, and exploit its errors).
 
-Only KeyDoor is implemented (TextWorld, FactSearch and office are not; the method README lists them).
+KeyDoor is implemented here; FactSearch in ``domain_factsearch.py`` (TextWorld and office are not; the method README
+lists them).
 """
 
 from __future__ import annotations
