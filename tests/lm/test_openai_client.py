@@ -118,3 +118,30 @@ def test_auth_and_unknown_model_messages(monkeypatch) -> None:
 def test_bad_specs(spec) -> None:
     with pytest.raises(ValueError, match="openai"):
         load_lm(spec)
+
+
+def test_timeout_from_the_environment_and_refused_when_not_positive(monkeypatch) -> None:
+    from agentmill.lm.openai_client import DEFAULT_TIMEOUT, TIMEOUT_ENV, OpenAILM
+
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    assert OpenAILM("m", "http://127.0.0.1:9/v1").info["timeout"] == DEFAULT_TIMEOUT
+    monkeypatch.setenv(TIMEOUT_ENV, "900")
+    assert OpenAILM("m", "http://127.0.0.1:9/v1").info["timeout"] == 900.0
+    assert OpenAILM("m", "http://127.0.0.1:9/v1", timeout=5).info["timeout"] == 5  # an explicit value wins
+    monkeypatch.setenv(TIMEOUT_ENV, "0")
+    with pytest.raises(ValueError, match=TIMEOUT_ENV):
+        OpenAILM("m", "http://127.0.0.1:9/v1")
+
+
+def test_extra_body_reaches_the_server_and_reasoning_comes_back() -> None:
+    from agentmill.core.types import Message
+    from agentmill.lm.base import GenerateConfig
+    from agentmill.lm.loopback import LoopbackServer
+    from agentmill.lm.openai_client import OpenAILM
+
+    with LoopbackServer(lambda req: "ok", model="m") as srv:
+        lm = OpenAILM("m", srv.base_url, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        out = lm.generate([[Message("user", "hi")]], GenerateConfig(max_new_tokens=4))
+        body = srv.log[-1].body
+    assert out[0].text == "ok" and body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "reasoning" not in out[0].meta  # the stub sends no reasoning_content

@@ -28,6 +28,10 @@ from agentmill.core.types import Message
 from agentmill.lm.base import Completion, GenerateConfig, LMError, MissingExtraError, Prompt, apply_stops
 
 DEFAULT_TIMEOUT = 60.0
+TIMEOUT_ENV = "AGENTMILL_OPENAI_TIMEOUT"
+"""Seconds a call may take before it is retried, when the caller sets none (default 60). A CPU-only local server
+prefilling a long agent history needs more: a retry re-sends the request while the server still works on the
+abandoned one."""
 DEFAULT_RETRIES = 3
 
 
@@ -46,7 +50,7 @@ def parse_openai_spec(rest: str) -> tuple[str, str]:
 class OpenAILM:
     """A black-box ``LM`` backed by an OpenAI-compatible server."""
 
-    def __init__(self, model: str, base_url: str, *, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, model: str, base_url: str, *, timeout: float | None = None,
                  max_retries: int = DEFAULT_RETRIES, backoff: float = 0.5, api_key: str | None = None,
                  extra_body: dict[str, Any] | None = None) -> None:
         try:
@@ -54,6 +58,10 @@ class OpenAILM:
         except ImportError as e:
             raise MissingExtraError("openai", "the openai: backend") from e
         self._openai = openai
+        if timeout is None:
+            timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+        if not timeout > 0:
+            raise ValueError(f"OpenAILM timeout must be > 0 seconds, got {timeout} (from {TIMEOUT_ENV}?)")
         self.model, self.base_url = model, base_url
         self.spec = f"openai:{model}@{base_url}"
         self.max_retries, self.backoff = max_retries, backoff
