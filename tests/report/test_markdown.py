@@ -169,3 +169,33 @@ def test_a_claim_rerun_on_another_model_is_published_beside_the_registered_model
     bad.write_text(written[0].read_text())
     with pytest.raises(Exception, match="fake.echo@other"):
         load_variants(results, "full")
+
+
+def test_cli_save_results_publishes_a_set_model_variant_against_its_own_setup(monkeypatch, capsys, tmp_path) -> None:
+    """A run with ``--set lm=<another model>`` is checked against the setup it ran with and published beside the
+    registered row (``<id>@<model>.json``); a version change still makes it stale."""
+    import dataclasses
+    from dataclasses import dataclass
+
+    from agentmill.core.stats import Estimate
+    from agentmill.experiments.protocol import Claim, Experiment
+
+    @dataclass(frozen=True)
+    class S:
+        lm: str = ""
+        n: int = 3
+
+    exp = Experiment(id="fake.lmx", title="t", paper="none", scale_note="-",
+                     claims=(Claim("X-1", "s", "src", "1", "m", ">=", 0.0),),
+                     setups={"smoke": S(), "quick": S(), "full": S()},
+                     measure=lambda s, c: {"m": Estimate.exact(float(len(s.lm)), n=s.n)})
+    monkeypatch.setattr(experiments, "_registry", {exp.id: exp})
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    assert main(["run", exp.id, "--runs-dir", str(runs), "--set", "lm=openai:other-model@http://127.0.0.1:9/v1"]) == 0
+    monkeypatch.setattr(experiments, "_registry", {exp.id: dataclasses.replace(exp, version="2")})
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    assert "1 record(s) are stale" in capsys.readouterr().out
+    monkeypatch.setattr(experiments, "_registry", {exp.id: exp})
+    assert main(["report", "--save-results", "--runs-dir", str(runs), "--results-dir", str(results)]) == 0
+    assert "wrote 1 result summaries" in capsys.readouterr().out
+    assert [p.name for p in (results / "quick").iterdir()] == ["fake.lmx@other-model.json"]

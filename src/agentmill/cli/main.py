@@ -289,15 +289,21 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.save_results:
         from agentmill.experiments import registry
-        from agentmill.experiments.runner import current_setup_hash, is_current, load_record
-        from agentmill.report.results import save_summaries
+        from agentmill.experiments.runner import RunRecord, current_setup_hash, is_current, load_record, record_setup
+        from agentmill.report.results import save_summaries, variant_of
 
         reg = registry()
         records = [r for i in reg if (r := load_record(Path(args.runs_dir), args.profile, i)) is not None]
         # a published verdict has a record from the current code behind it: a record whose setup, version or read
         # artefacts changed since it ran (a trim, a retrained drafter) is left out until it is rerun
-        stale = sorted(r.experiment_id for r in records if not is_current(
-            r, reg[r.experiment_id], current_setup_hash(reg[r.experiment_id], args.profile, r.model)))
+        # (a model variant, run with --set naming another model, is checked against its own setup: its version and
+        # artefacts must be current; a record of the registered model must match the registered setup)
+        def current(r: RunRecord) -> bool:
+            exp = reg[r.experiment_id]
+            own = record_setup(exp, r) if variant_of(r, exp) is not None else None
+            return is_current(r, exp, current_setup_hash(exp, args.profile, r.model, own))
+
+        stale = sorted(r.experiment_id for r in records if not current(r))
         if stale:
             console.print(f"[yellow]{len(stale)} record(s) are stale (setup, version or artefacts changed since they "
                           f"ran) and were not published; rerun them: {', '.join(stale)}[/]")

@@ -30,6 +30,7 @@ lost to a failure after measuring.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib.metadata
 import os
@@ -197,9 +198,19 @@ def executor_options(executor: str, ray_address: str | None) -> dict[str, Any]:
     return {"address": ray_address} if ray_address else {}
 
 
-def current_setup_hash(exp: Experiment, profile: str, model: str | None = None) -> str:
-    """The setup hash a run of ``exp`` at ``profile`` (no ``--set``) would store with this code and these artefacts."""
-    setup = exp.setup_for(profile)
+def record_setup(exp: Experiment, rec: RunRecord) -> Any:
+    """The setup ``rec`` ran with, as ``exp``'s dataclass: its profile's setup with the fields ``--set`` changed."""
+    base = exp.setups[rec.profile]
+    now = dataclasses.asdict(base)
+    changed = {k: v for k, v in rec.setup.items() if k in now and now[k] != v}
+    return dataclasses.replace(base, **{k: tuple(v) if isinstance(getattr(base, k), tuple) and isinstance(v, list)
+                                        else v for k, v in changed.items()})
+
+
+def current_setup_hash(exp: Experiment, profile: str, model: str | None = None, setup: Any = None) -> str:
+    """The setup hash a run of ``exp`` at ``profile`` would store with this code and these artefacts: with the
+    profile's own setup (no ``--set``), or with ``setup`` (a record's, see :func:`record_setup`)."""
+    setup = exp.setup_for(profile) if setup is None else setup
     model_spec = (model or DEFAULT_MODEL) if exp.uses_model else None
     return setup_hash(setup, model_spec, read_artefacts(exp, setup, model_spec), __version__)
 
