@@ -32,14 +32,10 @@ def endpoint_lm(spec: str, ctx: Any, replay: str = "", mode: str = "replay") -> 
         return ScriptedLocalizer()
     if mode not in REPLAY_MODES:
         raise ValueError(f"replay_mode must be one of {REPLAY_MODES}, got {mode!r}")
-    if replay and mode == "replay":
-        from agentmill.lm.replay import RecordReplayLM
+    if not replay:
+        return ctx.load_lm(spec)
+    from agentmill.lm.replay import RecordReplayLM
 
-        return RecordReplayLM(None, replay, mode="replay", spec=spec)
-    inner = ctx.load_lm(spec)
-    if replay:
-        from agentmill.lm.replay import RecordReplayLM
-
-        return RecordReplayLM(inner, replay, mode="record-missing", spec=spec)
-    return inner
+    inner = None if mode == "replay" else ctx.load_lm(spec)  # a replay never loads (or reaches) the model
+    return RecordReplayLM(inner, replay, mode=mode, spec=spec)
 

@@ -53,20 +53,18 @@ class Renaming:
         names replaced where a ``.`` or ``/`` precedes them (``pkg.mod``, ``src/pkg/mod.py``): a module called
         ``func`` is renamed in a traceback's path, not in the prose word "func"."""
         s = _word_sub(s, self.names)
-        if not self.modules:
-            return s
-        pat = re.compile(r"(?<=[./])(" + "|".join(re.escape(k) for k in sorted(self.modules, key=len, reverse=True))
-                         + r")(?![A-Za-z0-9_])")
-        return pat.sub(lambda m: self.modules[m.group(1)], s)
+        return _word_sub(s, self.modules, after=r"(?<=[./])")
 
     def locations(self, locs: Iterable[Location]) -> list[Location]:
         return [Location(self.path(loc.file), loc.start, loc.end) for loc in locs]
 
 
-def _word_sub(s: str, names: Mapping[str, str]) -> str:
+def _word_sub(s: str, names: Mapping[str, str], after: str = r"(?<![A-Za-z0-9_])") -> str:
+    """``s`` with every key of ``names`` that stands as a whole word (longest first) replaced; ``after`` is the
+    look-behind that must precede it (default: no identifier character)."""
     if not names:
         return s
-    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
+    pat = re.compile(after + "(" + "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
                      + r")(?![A-Za-z0-9_])")
     return pat.sub(lambda m: names[m.group(1)], s)
 
