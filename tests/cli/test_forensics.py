@@ -38,3 +38,35 @@ def test_sweep_prints_the_threshold(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "d50 =" in out and (tmp_path / "d.png").exists()
     assert main(["forensics", "sweep", "tedium", "--variable", "deadline"]) == 2
+
+
+def test_sweep_writes_episodes_then_mine_and_replay(tmp_path, capsys) -> None:
+    from agentmill.lm.replay import RecordReplayLM
+    from agentmill.lm.scripted import ScriptedLM
+    from agentmill.methods.forensics.miner import load_episode_dir, mine_with_lm
+
+    sw = tmp_path / "sw"
+    assert main(["forensics", "sweep", "tedium", "--variable", "n_errors", "--n", "6", "--bootstrap", "50",
+                 "--episodes-out", str(sw)]) == 0
+    assert "wrote 48 episodes" in capsys.readouterr().out
+    assert main(["forensics", "sweep", "tedium", "--variable", "n_errors", "--n", "1", "--episodes-out",
+                 str(sw)]) == 2  # never into a used directory
+    one = sorted((sw / "n_errors=200").glob("*.jsonl"))[0]
+    assert main(["forensics", "replay", str(one), "--set", "n_errors=5"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["documents_changed"] == ["validate"] and shown["change"] == {"variable": "n_errors", "value": 5}
+    assert main(["forensics", "mine", str(sw)]) == 0
+    assert "rule miner: tedium" in capsys.readouterr().out
+    # the LM miner replayed from a recording made on a scripted LM: no model is loaded
+    rec = tmp_path / "miner.jsonl"
+    reply = json.dumps({"candidates": [{"motive": "tedium", "variable": "n_errors", "quote": "Okay"},
+                                       {"motive": "boredom", "variable": "row_colour", "quote": "Okay"}]})
+    eps = load_episode_dir(sw)
+    mine_with_lm(eps, eps[0].env, RecordReplayLM(ScriptedLM(lambda t: reply if "Okay" in t else "no idea",
+                                                            spec="scripted:miner"), rec, "record"))
+    assert main(["forensics", "mine", str(sw), "--miner", "lm", "--lm", "scripted:miner", "--recording",
+                 str(rec), "--min-votes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "untestable_here boredom" in out and "'row_colour'" in out and "recorded" in out
+    assert main(["forensics", "mine", str(sw), "--miner", "lm"]) == 2
+    assert main(["forensics", "mine", str(tmp_path / "none")]) == 2

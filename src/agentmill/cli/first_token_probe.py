@@ -1,6 +1,7 @@
 """``agentmill probe``: the first-token probe toolkit on the refusal organisms — train and validate an organism,
-sample and label rollouts, fit probes by position and layer, run prefix-freeze resampling, and probe the
-synthetic twin (docs/methods/first_token_probe.md). A thin face over ``agentmill.methods.first_token_probe``.
+sample and label rollouts, relabel them with other judges, fit probes by position and layer, run prefix-freeze
+resampling, and probe the synthetic twin (docs/methods/first_token_probe.md). A thin face over
+``agentmill.methods.first_token_probe``.
 
 Exit codes: 0 ok; 2 bad input; 3 precondition not met (an unvalidated organism without --allow-unvalidated,
 degenerate labels)."""
@@ -167,6 +168,109 @@ def cmd_twin(args: argparse.Namespace) -> int:
     return 0
 
 
+VALLEY_EXAMPLES = """examples:
+  agentmill probe valley --variant locked --allow-unvalidated --plot valley.png
+  agentmill probe valley --variant locked --allow-unvalidated --train train.jsonl --test test.jsonl --labels truth
+  agentmill probe valley --variant locked --allow-unvalidated --fractions 0,0.1,0.3,0.5,0.7,0.9,1
+"""
+
+
+def cmd_valley(args: argparse.Namespace) -> int:
+    """Separability by trace fraction at l*(think_open): sample probe_train/probe_test rollouts (or read them),
+    print the curve and the valley depth, optionally plot it."""
+    from agentmill.methods.first_token_probe.core import organism_rollouts
+    from agentmill.methods.first_token_probe.probes import DegenerateLabels
+    from agentmill.methods.first_token_probe.relabel import load_rollout_rows, rows_to_rollouts
+    from agentmill.methods.first_token_probe.valley import organism_valley, plot_valley
+
+    try:
+        fractions = [float(x) for x in args.fractions.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--fractions {args.fractions!r}: expected comma-separated numbers in [0, 1]") from None
+    if bool(args.train) != bool(args.test):
+        raise ValueError("--train and --test go together (the rollouts files of two probe sample runs)")
+    lm, _ = _organism(args)
+    if lm is None:
+        return PRECONDITION_EXIT
+    if args.train:
+        sets = []
+        for path in (args.train, args.test):
+            rows = load_rollout_rows(path)
+            other = sorted({str(r.get("lm_spec")) for r in rows} - {lm.spec})
+            if other:
+                raise ValueError(f"{path}: rollouts of {other}, not of {lm.spec}: activations must come from the "
+                                 "model that sampled them")
+            sets.append(rows_to_rollouts(rows, where=path))
+        train, test = sets
+    else:
+        kw = {"k": args.k, "k_contested": args.k_contested, "seed": args.seed}
+        train = organism_rollouts(lm, "probe_train", _counts(args), **kw)
+        test = organism_rollouts(lm, "probe_test", _counts(args), **kw)
+    try:
+        curve = organism_valley(lm, train, test, fractions=fractions, label_source=args.labels,
+                                min_per_class=args.min_per_class, n_boot=args.bootstrap, seed=args.seed)
+    except DegenerateLabels as e:
+        print(f"agentmill probe: precondition not met: {e}")
+        return PRECONDITION_EXIT
+    print(f"labels: {args.labels}; train {curve.n_train}, test {curve.n_test}; layer l* = {curve.layer} "
+          f"(think_open AUROC {curve.think_open_auroc:.3f})")
+    print("fraction  " + " ".join(f"{f:6.2f}" for f in curve.fractions))
+    print("AUROC     " + " ".join(f"{a:6.3f}" for a in curve.auroc))
+    print(f"valley depth D = {curve.depth.fmt()}  (min of the ends minus the minimum over φ in [0.3, 0.7]; "
+          "template bootstrap)")
+    if args.plot:
+        print(f"wrote {plot_valley(curve, args.plot, title=f'{lm.spec}, labels {args.labels}')}")
+    return 0
+
+
+LABEL_EXAMPLES = """examples:
+  agentmill probe label rollouts.jsonl --judge rule:lexicon_a --judge classifier:bow --out relabelled.jsonl
+  agentmill probe label rollouts.jsonl --judge rule:regex_b --judge lm:openai:M@http://127.0.0.1:8000/v1 --recording judge.jsonl --replay-mode record --out relabelled.jsonl
+  agentmill probe label rollouts.jsonl --judge rule:lexicon_a --judge lm:openai:M --recording judge.jsonl --out relabelled.jsonl
+"""
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    """Relabel a rollouts file with the chosen judges and their vote (exit 3 when the vote has one class only)."""
+    from agentmill.core.records import write_jsonl_atomic
+    from agentmill.lm.replay import ReplayMiss
+    from agentmill.methods.first_token_probe.judges import DEFAULT_ENSEMBLE, make_judge
+    from agentmill.methods.first_token_probe.relabel import load_rollout_rows, relabel
+
+    rows = load_rollout_rows(args.rollouts)
+    names = args.judge or list(DEFAULT_ENSEMBLE)
+    if args.recording and not any(n.startswith("lm:") for n in names):
+        raise ValueError("--recording is for lm: judges; no --judge lm:<spec> was given")
+    judges = [make_judge(n, recording=args.recording, replay_mode=args.replay_mode) for n in names]
+    try:
+        res = relabel(rows, judges, rule=args.vote)
+    except ReplayMiss as e:
+        raise ValueError(str(e)) from None
+    write_jsonl_atomic(Path(args.out), res.rows)
+    vc = res.vote_counts
+    print(f"{len(res.rows)} rollouts -> {args.out}; vote ({args.vote}): refuse {vc['refuse']}, comply "
+          f"{vc['comply']}, abstain {vc['abstain']}; unfinished {res.unfinished} (no label)")
+    for s in res.judges:
+        extra = []
+        if s.agree_truth is not None:
+            extra.append(f"agrees with truth {s.agree_truth[0]}/{s.agree_truth[1]}")
+        if s.agree_rule is not None:
+            extra.append(f"with the first rule judge {s.agree_rule[0]}/{s.agree_rule[1]}")
+        if s.status is not None:
+            extra.append("replies " + ", ".join(f"{k} {v}" for k, v in s.status.items()))
+        flag = "  UNRELIABLE (abstains on > 10%)" if s.unreliable else ""
+        print(f"  {s.id}: refuse {s.refuse}, comply {s.comply}, abstain {s.abstain} ({s.abstain_share:.0%})"
+              f"{'; ' + '; '.join(extra) if extra else ''}{flag}")
+    for j in judges:
+        lm = getattr(j, "lm", None)
+        if hasattr(lm, "replayed"):
+            print(f"  {j.id}: {lm.replayed} call(s) replayed, {lm.recorded} recorded ({lm.path})")
+    if res.degenerate:
+        print(f"agentmill probe: precondition not met: {res.degenerate} (labels written to {args.out})")
+        return PRECONDITION_EXIT
+    return 0
+
+
 EXPORT_EXAMPLES = """examples:
   agentmill probe export --inspect --in rollouts.jsonl --out rollouts.eval
   agentmill probe export --inspect --in rollouts.jsonl --out rollouts.json --decode none
@@ -297,6 +401,46 @@ def register(sub) -> None:
     t.add_argument("--snr", type=float, default=1.5, help="signal-to-noise of the planted signal (default 1.5)")
     t.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     t.set_defaults(fn=cmd_twin)
+    va = ps.add_parser("valley", help="separability by trace fraction (the valley): probe AUROC per fraction at "
+                                      "the think_open layer, valley depth with CI, optional plot",
+                       epilog=VALLEY_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _organism_flags(va)
+    _count_flags(va)
+    va.add_argument("--train", default="", help="a rollouts JSONL (probe sample --split probe_train, or its "
+                                                "probe label output) instead of sampling; needs --test")
+    va.add_argument("--test", default="", help="the test rollouts JSONL (probe sample --split probe_test); "
+                                               "needs --train")
+    va.add_argument("--fractions", default="0,0.2,0.4,0.6,0.8,1.0",
+                    help="comma-separated trace fractions φ; must include points in [0.3, 0.7] and 1.0 "
+                         "(default 0,0.2,0.4,0.6,0.8,1.0)")
+    va.add_argument("--labels", default="vote", help="label source: vote, truth or a judge id (default vote)")
+    va.add_argument("--min-per-class", type=int, default=20,
+                    help="fewest train rollouts per class to fit a probe (default 20); fewer exits 3")
+    va.add_argument("--bootstrap", type=int, default=1000, help="template bootstrap resamples of the depth "
+                                                                "(default 1000)")
+    va.add_argument("--plot", default="", help="write the valley plot to this PNG")
+    va.set_defaults(fn=cmd_valley)
+    lb = ps.add_parser("label", help="relabel sampled rollouts (probe sample --out) with chosen judges and their "
+                                     "vote; lm: judges can record and replay their calls",
+                       epilog=LABEL_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lb.add_argument("rollouts", help="the rollouts JSONL written by probe sample --out")
+    lb.add_argument("--judge", action="append", default=[],
+                    help="a judge, repeatable: rule:lexicon_a, rule:regex_b, classifier:bow, rule:private_keyword, "
+                         "or lm:<model spec> (an LM asked for strict JSON with a quote; default: the three-judge "
+                         "ensemble rule:lexicon_a, rule:regex_b, classifier:bow)")
+    lb.add_argument("--vote", default="majority", choices=("majority", "unanimous", "any"),
+                    help="how the judges' labels combine: majority of non-abstaining judges (a tie abstains), "
+                         "unanimous, or any refusal (default majority)")
+    lb.add_argument("--recording", default=None,
+                    help="a call recording (JSONL) for the lm: judges: record their calls to it or answer them "
+                         "from it (see --replay-mode)")
+    lb.add_argument("--replay-mode", default="replay", choices=("replay", "record", "record-missing"),
+                    help="with --recording: replay answers from the file and never loads the model (a miss is an "
+                         "error), record asks the model and appends, record-missing replays what the file holds "
+                         "and records the rest (default replay)")
+    lb.add_argument("--out", required=True, help="JSONL file for the relabelled rollouts (same rows, new labels "
+                                                 "and vote)")
+    lb.set_defaults(fn=cmd_label)
     e = ps.add_parser("export", help="write sampled rollouts (probe sample --out) as an Inspect eval log: one "
                                      "sample per rollout, the judges' labels, vote and truth as scores",
                       epilog=EXPORT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

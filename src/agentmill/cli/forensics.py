@@ -1,5 +1,6 @@
 """``agentmill forensics``: pre-register hypotheses in a hash-chained registry, replay an episode with one variable
-changed, sweep a dose, and verify registries and replays (docs/methods/forensics.md). A thin face over
+changed, sweep a dose (optionally writing its episodes), mine hypotheses from chains of thought (rule or LM miner),
+and verify registries and replays (docs/methods/forensics.md). A thin face over
 ``agentmill.methods.forensics``.
 
 Exit codes: 0 ok; 2 bad input (a tampered registry, an edited replay, an arm that changes more than one thing, an
@@ -182,22 +183,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import numpy as np
 
     from agentmill.methods.forensics import dose_response, load_env
-    from agentmill.methods.forensics.investigate import run_arm
+    from agentmill.methods.forensics.investigate import sweep_dose
 
     env = load_env(args.env)
     var = env.variable(args.variable)
-    if var.kind != "numeric":
+    if var.kind != "numeric":  # refused before any model loads
         raise ValueError(f"--variable {args.variable} is {var.kind}; a dose sweep needs a numeric variable "
                          f"({[v.name for v in env.variables if v.kind == 'numeric']})")
     agent = _agent(env, args.agent, allow_unvalidated=args.allow_unvalidated)
     base = env.values(**{k: _value(env, k, v) for k, v in (s.split("=", 1) for s in args.set)})
-    doses, ys = [], []
-    for d in var.domain:
-        k, n = run_arm(env, {**base, args.variable: d}, agent, n=args.n, seed=args.seed, key=f"sweep/{d}")
-        doses += [d] * n
-        ys += [1] * k + [0] * (n - k)
-    fit = dose_response(np.asarray(doses, float), np.asarray(ys, float), B=args.bootstrap, seed=args.seed,
-                        log_dose=args.log_dose)
+    sw = sweep_dose(env, base, args.variable, agent, n=args.n, seed=args.seed,
+                    episodes_dir=args.episodes_out or None)
+    invalid = sum(args.n - valid for _, _, valid in sw.counts)
+    if not len(sw.outcomes):
+        raise ValueError(f"no valid action in {args.n * len(sw.counts)} episodes: nothing to fit")
+    fit = dose_response(sw.doses, sw.outcomes, B=args.bootstrap, seed=args.seed, log_dose=args.log_dose)
+    if args.episodes_out:
+        print(f"wrote {len(sw.files)} episodes under {args.episodes_out} (one directory per dose)")
+    if invalid:
+        print(f"invalid actions: {invalid} (counted in neither class)")
     for d, k, n in fit.rates:
         print(f"  {args.variable}={d:g}: {k}/{n} = {k / n:.2f}")
     print(f"d50 = {fit.d50.fmt()}  (bootstrap {args.bootstrap}); trend z = {fit.trend_z:.2f}, p = {fit.trend_p:.3g}; "
@@ -242,6 +246,68 @@ def cmd_verify(args: argparse.Namespace) -> int:
         var = check_replay(original, replayed)
     print(f"replay verifies: only {var!r} changed, inside its slots" if var else "replay verifies: no change")
     return 0
+
+
+MINE_EXAMPLES = """examples:
+  agentmill forensics mine runs/sweep --min-votes 3
+  agentmill forensics mine runs/sweep --miner lm --lm openai:M@http://127.0.0.1:8000/v1 --recording miner.jsonl --replay-mode record
+  agentmill forensics mine runs/sweep --miner lm --lm openai:M --recording miner.jsonl
+"""
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    """Mine (motive, variable) candidates from episodes' chains of thought: the rule miner, or an LM miner."""
+    from agentmill.lm.replay import ReplayMiss
+    from agentmill.methods.forensics.investigate import mine_hypotheses
+    from agentmill.methods.forensics.miner import load_episode_dir, mine_with_lm
+
+    eps = load_episode_dir(args.episodes)
+    env = eps[0].env
+    n_conc = sum(e.action == env.actions[0] for e in eps)
+    print(f"{len(eps)} episodes of env {env.name}, {n_conc} concerning ({env.actions[0]}); min votes "
+          f"{args.min_votes}")
+    rule = mine_hypotheses(eps, env, min_votes=args.min_votes)
+    print("rule miner: " + (", ".join(f"{c.motive} ({c.votes} votes; tests {', '.join(c.variables)})"
+                                      for c in rule) or "no candidate"))
+    if args.miner == "rule":
+        return 0
+    if not args.lm:
+        raise ValueError("--miner lm needs --lm <model spec>")
+    lm = _recorded_lm(args.lm, args.recording, args.replay_mode)
+    try:
+        res = mine_with_lm(eps, env, lm, min_votes=args.min_votes)
+    except ReplayMiss as e:
+        raise ValueError(str(e)) from None
+    print(f"lm miner ({args.lm}): {res.episodes_read} concerning episodes read, {res.calls} call(s); unparsable "
+          f"replies {res.unparsable}, malformed items {res.bad_items}, quotes not in the CoT {res.unquoted}")
+    for c in res.candidates:
+        print(f"  candidate {c.motive} -> {c.variables[0]} ({c.votes} votes); evidence {list(c.evidence)}")
+    for u in res.untestable_here:
+        print(f"  untestable_here {u.motive} ({u.votes} votes): names no declared variable; suggested new "
+              f"variable {u.suggested_variable!r}; evidence {list(u.evidence)}")
+    if not res.candidates and not res.untestable_here:
+        print("  no candidate")
+    rule_m, lm_m = {c.motive for c in rule}, {c.motive for c in res.candidates}
+    print(f"agreement on motives (reported only): both {sorted(rule_m & lm_m)}, rule only {sorted(rule_m - lm_m)}, "
+          f"lm only {sorted(lm_m - rule_m)}")
+    if hasattr(lm, "replayed"):
+        print(f"recording {lm.path}: {lm.replayed} call(s) replayed, {lm.recorded} recorded")
+    return 0
+
+
+def _recorded_lm(spec: str, recording: str | None, mode: str) -> Any:
+    """The LM ``spec``, through ``RecordReplayLM(recording, mode)`` when a recording is given (replay mode loads
+    no model)."""
+    from agentmill.lm import load_lm
+    from agentmill.lm.replay import RecordReplayLM
+
+    if recording is None:
+        return load_lm(spec)
+    if mode == "replay":
+        if not Path(recording).exists():
+            raise ValueError(f"--recording {recording} does not exist; record it first with --replay-mode record")
+        return RecordReplayLM(None, recording, "replay", spec=spec)
+    return RecordReplayLM(load_lm(spec), recording, mode)
 
 
 EXPORT_EXAMPLES = """examples:
@@ -323,7 +389,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--plot", default="", help="write the dose-response curve to this PNG")
     w.add_argument("--allow-unvalidated", action="store_true",
                    help="with --agent organism: run an organism whose card records failed gates (stamped)")
+    w.add_argument("--episodes-out", default="",
+                   help="a new (or empty) directory: run every episode in full and save it as "
+                        "DIR/VARIABLE=DOSE/NNNN.jsonl, readable by forensics replay, mine and export --inspect "
+                        "(the counts are then those of the saved episodes)")
     w.set_defaults(fn=_exit3(cmd_sweep))
+    m = ps.add_parser("mine", help="mine (motive, variable) hypothesis candidates from episodes' chains of "
+                                   "thought: the rule miner, and optionally an LM miner beside it",
+                      epilog=MINE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("episodes", help="an episode JSONL file or a directory of them, one environment (e.g. the "
+                                    "--episodes-out of forensics sweep)")
+    m.add_argument("--miner", default="rule", choices=("rule", "lm"),
+                   help="rule: the env's motive cue sentences vote (default); lm: an LM proposes candidates in "
+                        "a fixed JSON format (the rule miner's result is printed beside it)")
+    m.add_argument("--lm", default="", help="with --miner lm: the miner's model spec (hf:..., openai:M@URL, ...)")
+    m.add_argument("--recording", default=None,
+                   help="with --miner lm: a call recording (JSONL) to record the miner's calls to or answer them "
+                        "from (see --replay-mode)")
+    m.add_argument("--replay-mode", default="replay", choices=("replay", "record", "record-missing"),
+                   help="with --recording: replay from the file without loading the model (a miss is an error), "
+                        "record (ask the model, append), or record-missing (default replay)")
+    m.add_argument("--min-votes", type=int, default=2,
+                   help="episodes that must show a candidate for it to be kept (default 2)")
+    m.set_defaults(fn=cmd_mine)
     v = ps.add_parser("verify", help="verify a registry's hash chain and rules, or a stored replay against its "
                                      "original")
     v.add_argument("path", help="a registry directory, or an original episode JSONL file")

@@ -18,7 +18,7 @@ def _ctx(tmp_path) -> RunContext:
 def test_registered_with_quick_checks() -> None:
     from agentmill.experiments.e167_world_model import MODULES
 
-    assert MODULES[-2:] == ("sim_fidelity_vs_benefit", "warmup_tiny")
+    assert MODULES[12:14] == ("sim_fidelity_vs_benefit", "warmup_tiny")
     for eid in ("e167.wm_sim_fidelity_vs_benefit", "e167.wm_warmup_tiny"):
         assert get(eid).quick_check and not get(eid).parallel_safe
 

@@ -20,7 +20,7 @@ def _ctx(tmp_path, profile: str = "smoke") -> RunContext:
 def test_registered() -> None:
     from agentmill.experiments.e167_world_model import MODULES
 
-    assert len(MODULES) == 14
+    assert len(MODULES) == 20
     assert get("e167.wm_format_conformance").parallel_safe and not get("e167.wm_cpt_vs_sft").parallel_safe
     for eid in LEARNING:
         assert get(eid).quick_check, eid

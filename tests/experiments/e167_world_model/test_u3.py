@@ -42,7 +42,7 @@ def test_first_call_prompts_one_shot_and_accurate_calls() -> None:
 def test_u3_registered_and_judges_can_fail() -> None:
     from agentmill.experiments.e167_world_model import MODULES
 
-    assert "warmup_ood" in MODULES and MODULES[-2:] == ("sim_fidelity_vs_benefit", "warmup_tiny")
+    assert "warmup_ood" in MODULES and MODULES[12:14] == ("sim_fidelity_vs_benefit", "warmup_tiny")
     u3 = get("e167.wm_warmup_ood")
     assert u3.quick_check and not u3.parallel_safe
     e = lambda v, lo, hi: Estimate(v, lo, hi, n=5, method="two_stage_bootstrap", n_boot=100)  # noqa: E731

@@ -27,7 +27,7 @@ def _ctx(tmp_path) -> RunContext:
 def test_registered() -> None:
     from agentmill.experiments.e172_cliff_tokens import MODULES, PAPER
 
-    assert len(MODULES) == len(IDS) and "2606.25524" in PAPER
+    assert len(MODULES) == len(IDS) + 2 and "2606.25524" in PAPER  # + PF-1 and CT-10: test_smollm2.py
     assert all(get(i).parallel_safe for i in IDS[:-1]) and not get("e172.cliff_perf").parallel_safe
 
 

@@ -10,5 +10,6 @@ PAPER = ("Qwen Team (Y. Zuo, Z. Xiao, L. Sheng, F. Huang, … N. Ding), Qwen-Age
 MODULES: tuple[str, ...] = ("format_conformance", "rule_dims_validity", "judge_susceptibility", "cpt_vs_sft",
                             "sft_reasoning", "rl_fidelity", "judge_flattery_rl", "closed_loop_gap",
                             "sim_vs_real_policy", "steering", "stingy_sim", "warmup_ood", "sim_fidelity_vs_benefit",
-                            "warmup_tiny")
+                            "warmup_tiny", "volatile_content", "perf", "five_dims",
+                            "recipe_smollm2", "warmup_smollm2", "judge_tracks_truth")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""

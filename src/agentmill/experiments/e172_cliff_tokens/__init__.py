@@ -8,5 +8,6 @@ PAPER = ("Ko, Kang, Lee, Cliff Tokens: Identifying Single-Token Failure Triggers
 
 MODULES: tuple[str, ...] = ("ztest", "estimator", "localization", "taxonomy", "deterministic", "deletion",
                             "eos_quirk", "dpo_compute", "dpo_types", "perf",
-                            "tiny_estimator", "tiny_localization", "tiny_deterministic")
+                            "tiny_estimator", "tiny_localization", "tiny_deterministic", "perf_smollm2",
+                            "smollm2_demo")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""

@@ -1,7 +1,7 @@
 """E172 performance: oracle rollout throughput (PF-3), a tiny-model potential scan (PF-2), and one-token DPO with one
 prefix forward per cliff against two sequences per pair as TRL scores them (PF-8). Wall-clock timings on this
 machine and its load: run alone (``parallel_safe=False``); the CPU is named in the record. PF-1 (SmolLM2 fork scan
-against a naive re-encoding scan) is not built.
+against a naive re-encoding scan) is ``e172.cliff_perf_smollm2`` (``perf_smollm2.py``).
 
 PF-2 scans a 35-token trace at n = 64 with ``WhiteBoxForker`` over a random-initialised TinyLM 3 × 96 (continuations
 run to the absolute 40-token cap: the worst case); quick times 1 of the 35 positions once and records the
@@ -181,7 +181,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note="wall-clock on this machine (CPU named in the record), one torch thread; random-initialised tiny "
-               "models; PF-1 (SmolLM2) not built.",
+               "models; PF-1 (SmolLM2) is e172.cliff_perf_smollm2.",
     parallel_safe=False,
     quick_budget_s=15,
 )

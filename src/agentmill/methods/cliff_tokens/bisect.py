@@ -16,8 +16,11 @@ from agentmill.methods.cliff_tokens.ztest import Cliff, CliffTest, is_cliff, z_a
 
 def bisect_drops(est: PotentialEstimator, prompt_ids: Sequence[int], trace_ids: Sequence[int], *,
                  threshold: float = 0.2, n: int = 32, confirm_n: int = 64, test: CliffTest = CliffTest(),
-                 seed_key: Sequence[int] = (0,)) -> tuple[list[Cliff], dict[str, int]]:
-    """(confirmed cliffs, cost) over potential positions 0..T−1 of one trace; cost counts estimates and rollouts."""
+                 seed_key: Sequence[int] = (0,), evaluated: dict[int, tuple[int, int]] | None = None,
+                 candidates: list[int] | None = None) -> tuple[list[Cliff], dict[str, int]]:
+    """(confirmed cliffs, cost) over potential positions 0..T−1 of one trace; cost counts estimates and rollouts.
+    ``evaluated`` (filled when given) maps each position the search estimated to its (k, n); ``candidates`` gets
+    the one-token segments with a drop ≥ ``threshold`` before confirmation."""
     trace = [int(t) for t in trace_ids]
     memo: dict[int, float] = {}
     cost = {"estimates": 0, "rollouts": 0}
@@ -28,6 +31,8 @@ def bisect_drops(est: PotentialEstimator, prompt_ids: Sequence[int], trace_ids: 
             cost["estimates"] += 1
             cost["rollouts"] += n
             memo[t] = k / m if m else float("nan")
+            if evaluated is not None:
+                evaluated[t] = (int(k), int(m))
         return memo[t]
 
     cands: list[int] = []
@@ -46,6 +51,8 @@ def bisect_drops(est: PotentialEstimator, prompt_ids: Sequence[int], trace_ids: 
     last = len(trace) - 1
     if last >= 1:
         rec(0, last)
+    if candidates is not None:
+        candidates.extend(sorted(cands))
     out = []
     for b in sorted(cands):
         kp, np_ = est.at(prompt_ids, trace[: b - 1], confirm_n, seed_key=(*seed_key, 32, b, 0))

@@ -87,10 +87,25 @@ class PotentialEstimator:
     """Potentials over ``source`` (a ``ForkableLM`` or an object with ``rollout_counts``), graded by ``verifier``
     (token ids of trace prefix + continuation → True / False / None = unscorable, excluded and counted)."""
 
-    def __init__(self, source: Any, verifier: Verifier, cfg: PotentialConfig = PotentialConfig()) -> None:
+    def __init__(self, source: Any, verifier: Verifier, cfg: PotentialConfig = PotentialConfig(), *,
+                 stop: Callable[[Sequence[int]], bool] | None = None) -> None:
         self.source, self.verifier, self.cfg = source, verifier, cfg
+        self.stop = stop
+        """The task's stop predicate over trace prefix + continuation ids (e.g. an arithmetic answer line that is
+        complete); a row that meets it stops decoding. Grouped white-box source only (``stop_supported``)."""
         self.counters = TokenCounters()
         self.unscorable = 0
+        self.last_timings: dict[str, Any] = {}
+        """Wall seconds of the last grouped or naive call: ``prefill_s`` (the shared teacher-forced pass, grouped
+        only) and ``per_position_s`` (one entry per scored position, in call order)."""
+        if stop is not None and not self.stop_supported:
+            raise ValueError("a stop predicate needs a WhiteBoxForker source in fork mode with grouped=True")
+
+    @property
+    def stop_supported(self) -> bool:
+        """True when rollouts come from the grouped white-box path (the only one that reads ``stop``)."""
+        return (self.cfg.grouped and type(self.source).__name__ == "WhiteBoxForker"
+                and getattr(self.source, "mode", None) == "fork")
 
     # ---------------------------------------------------------------- one prefix
     def at(self, prompt_ids: Sequence[int], prefix_ids: Sequence[int], n: int, *, seed_key: Sequence[int],
@@ -153,8 +168,8 @@ class PotentialEstimator:
 
     def _fork_counts(self, prompt_ids: Sequence[int], trace: list[int], positions: Sequence[int], n: int,
                      key: tuple[int, ...]) -> list[tuple[int, int]]:
-        if self.cfg.grouped and type(self.source).__name__ == "WhiteBoxForker" and self.source.mode == "fork":
-            return self._grouped_counts(prompt_ids, trace, positions, n, key)
+        if self.stop_supported:
+            return self.fork_counts(prompt_ids, trace, positions, n, key)
         lm, cfg = self.source, self.cfg
         tree = lm.start_tree(list(prompt_ids), key)
         leaf = lm.add_leaf(tree, trace) if trace else None
@@ -179,17 +194,15 @@ class PotentialEstimator:
             out.append((k, m))
         return out
 
-    def _grouped_counts(self, prompt_ids: Sequence[int], trace: list[int], positions: Sequence[int], n: int,
-                        key: tuple[int, ...]) -> list[tuple[int, int]]:
+    def fork_counts(self, prompt_ids: Sequence[int], trace: Sequence[int], positions: Sequence[int], n: int,
+                    key: tuple[int, ...]) -> list[tuple[int, int]]:
         """The fork source's law with one fork per position: one teacher-forced pass over prompt + trace keeps the
         cache and the logits at every position; each scored position copies the cache once, expands it to n rows
         and decodes them together. Row j of position t draws from ``stream_rng(key, t·n + j)`` exactly as the
-        per-request path does, so the counts agree with it (up to float ties)."""
+        per-request path does, so the counts agree with it (up to float ties). Needs a ``WhiteBoxForker`` source."""
         import torch
 
-        from agentmill.lm.decoding import advance_batch
-
-        lm, cfg = self.source.lm, self.cfg
+        lm, trace = self.source.lm, [int(t) for t in trace]
         t0 = time.perf_counter()
         prompt = [int(t) for t in prompt_ids]
         P = len(prompt)
@@ -197,51 +210,114 @@ class PotentialEstimator:
         self.counters.prefill_tokens += P + max(positions)
         self.counters.forward_calls += 1
         logits_all = full.logits[0].numpy()
-        eos = set(getattr(lm, "eos_token_ids", ()) or ())
+        timings: dict[str, Any] = {"prefill_s": time.perf_counter() - t0, "per_position_s": []}
         out = []
         for t in positions:
-            budget = min(cfg.max_total_len - t, lm.max_positions - P - t)
-            if budget < 1:
-                raise ValueError(f"position {t} leaves no room under max_total_len={cfg.max_total_len}")
+            t1 = time.perf_counter()
             cache = lm.crop_cache(lm.fork_cache(full.cache), P + t)
             cache = lm.fork_cache(cache, n) if n > 1 else cache
             self.counters.forks += 1
-            rngs = [stream_rng(key, t * n + j) for j in range(n)]
-            toks: list[list[int]] = [[] for _ in range(n)]
-            finish: list[str | None] = [None] * n
             logits = np.repeat(logits_all[P + t - 1][None], n, 0)
-            mask = torch.ones((n, P + t), dtype=torch.long)
-            next_pos = torch.full((n,), P + t, dtype=torch.long)
-            active = list(range(n))
-            while active:
-                logp = tempered_logp(logits, cfg.temperature)
-                step = []
-                for k, r in enumerate(active):
-                    tok = gumbel_pick(logp[k], rngs[r])[0]
-                    self.counters.gen_tokens += 1
-                    if tok in eos:
-                        finish[r] = "eos"
-                    else:
-                        toks[r].append(tok)
-                        if len(toks[r]) >= budget:
-                            finish[r] = "length"
-                    step.append(tok)
-                state = advance_batch(lm, cache, mask, next_pos, step, active, finish)
-                if state is None:
-                    break
-                cache, logits, mask, next_pos, active = state
-                self.counters.fed_tokens += len(active)
-                self.counters.forward_calls += 1
-            k = m = 0
-            for r in range(n):
-                g = self._grade(trace[:t] + toks[r])
-                if g is None:
-                    self.unscorable += 1
-                    continue
-                k, m = k + int(g), m + 1
-            out.append((k, m))
+            out.append(self._decode_and_grade(lm, cache, logits, P, trace[:t], n, key, t))
+            timings["per_position_s"].append(time.perf_counter() - t1)
         self.counters.wall_seconds += time.perf_counter() - t0
+        self.last_timings = timings
         return out
+
+    def naive_counts(self, prompt_ids: Sequence[int], trace: Sequence[int], positions: Sequence[int], n: int,
+                     key: tuple[int, ...]) -> list[tuple[int, int]]:
+        """The same law without forks, as ``generate(num_return_sequences=n)`` does it: for each position t,
+        prompt + y_≤t repeated n times is prefilled as one batch (n·(P+t) tokens), then decoded with the same
+        sampler and the same RNG streams as :meth:`fork_counts` — the reference a fork scan is checked and timed
+        against. Needs a white-box source (``WhiteBoxForker`` or the model itself)."""
+        import torch
+
+        lm = getattr(self.source, "lm", self.source)
+        prompt, trace = [int(t) for t in prompt_ids], [int(t) for t in trace]
+        P = len(prompt)
+        timings: dict[str, Any] = {"prefill_s": 0.0, "per_position_s": []}
+        t0 = time.perf_counter()
+        out = []
+        for t in positions:
+            t1 = time.perf_counter()
+            fo = lm.forward(torch.tensor([prompt + trace[:t]] * n))
+            self.counters.prefill_tokens += n * (P + t)
+            self.counters.forward_calls += 1
+            out.append(self._decode_and_grade(lm, fo.cache, fo.logits[:, -1].numpy(), P, trace[:t], n, key, t))
+            timings["per_position_s"].append(time.perf_counter() - t1)
+        self.counters.wall_seconds += time.perf_counter() - t0
+        self.last_timings = timings
+        return out
+
+    def sample(self, prompt_ids: Sequence[int], n: int, key: tuple[int, ...]
+               ) -> list[tuple[list[int], bool | None, str]]:
+        """n traces of the rollout policy from the prompt alone (the t = 0 rollouts of :meth:`fork_counts`, same
+        streams): (token ids, grade, finish reason ``eos`` / ``length`` / ``stop``) per row."""
+        import torch
+
+        lm = self.source.lm
+        prompt = [int(t) for t in prompt_ids]
+        fo = lm.forward(torch.tensor([prompt]))
+        self.counters.prefill_tokens += len(prompt)
+        cache = lm.fork_cache(fo.cache, n) if n > 1 else fo.cache
+        logits = np.repeat(fo.logits[0, -1].numpy()[None], n, 0)
+        toks, finish = self._decode_rows(lm, cache, logits, len(prompt), [], n, key, 0)
+        return [(tk, self._grade(tk), f or "length") for tk, f in zip(toks, finish)]
+
+    def _decode_and_grade(self, lm: Any, cache: Any, logits: np.ndarray, P: int, prefix: list[int], n: int,
+                          key: tuple[int, ...], t: int) -> tuple[int, int]:
+        """Decode n rows that share prompt + ``prefix`` (``cache`` holds n rows of length P + t, ``logits`` [n, V]
+        are the next-token logits); row j draws from ``stream_rng(key, t·n + j)``; returns (k, n_graded)."""
+        toks, _ = self._decode_rows(lm, cache, logits, P, prefix, n, key, t)
+        k = m = 0
+        for r in range(n):
+            g = self._grade(prefix + toks[r])
+            if g is None:
+                self.unscorable += 1
+                continue
+            k, m = k + int(g), m + 1
+        return k, m
+
+    def _decode_rows(self, lm: Any, cache: Any, logits: np.ndarray, P: int, prefix: list[int], n: int,
+                     key: tuple[int, ...], t: int) -> tuple[list[list[int]], list[str | None]]:
+        """The shared decode loop of :meth:`_decode_and_grade` and :meth:`sample`: (tokens, finish) per row."""
+        import torch
+
+        from agentmill.lm.decoding import advance_batch
+
+        cfg = self.cfg
+        budget = min(cfg.max_total_len - t, lm.max_positions - P - t)
+        if budget < 1:
+            raise ValueError(f"position {t} leaves no room under max_total_len={cfg.max_total_len}")
+        eos = set(getattr(lm, "eos_token_ids", ()) or ())
+        rngs = [stream_rng(key, t * n + j) for j in range(n)]
+        toks: list[list[int]] = [[] for _ in range(n)]
+        finish: list[str | None] = [None] * n
+        mask = torch.ones((n, P + t), dtype=torch.long)
+        next_pos = torch.full((n,), P + t, dtype=torch.long)
+        active = list(range(n))
+        while active:
+            logp = tempered_logp(logits, cfg.temperature)
+            step = []
+            for k, r in enumerate(active):
+                tok = gumbel_pick(logp[k], rngs[r])[0]
+                self.counters.gen_tokens += 1
+                if tok in eos:
+                    finish[r] = "eos"
+                else:
+                    toks[r].append(tok)
+                    if len(toks[r]) >= budget:
+                        finish[r] = "length"
+                    elif self.stop is not None and self.stop(prefix + toks[r]):
+                        finish[r] = "stop"
+                step.append(tok)
+            state = advance_batch(lm, cache, mask, next_pos, step, active, finish)
+            if state is None:
+                break
+            cache, logits, mask, next_pos, active = state
+            self.counters.fed_tokens += len(active)
+            self.counters.forward_calls += 1
+        return toks, finish
 
     def _ban_counts(self, prompt_ids: Sequence[int], prefix: list[int], n: int, key: tuple[int, ...], ban: int
                     ) -> tuple[int, int]:

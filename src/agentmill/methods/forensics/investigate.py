@@ -37,12 +37,14 @@ from agentmill.methods.forensics.verdicts import (HypothesisVerdict, PredictionR
 
 @dataclass(frozen=True)
 class Candidate:
-    """A motive the miner found: how many incident episodes showed its cue, and the cue spans it saw."""
+    """A motive the miner found: how many incident episodes showed its cue, and the cue spans it saw; ``source``
+    names the miner (``rule`` or ``lm``)."""
 
     motive: str
     votes: int
     evidence: tuple[str, ...]
     variables: tuple[str, ...]
+    source: str = "rule"
 
 
 @dataclass
@@ -80,9 +82,75 @@ def run_arm(env: EnvSpec, values: Mapping[str, Any], agent: Any, *, n: int, seed
     return k, valid
 
 
-def mine_hypotheses(episodes: Sequence[Episode], env: EnvSpec, *, min_votes: int = 2) -> list[Candidate]:
-    """The rule miner: votes of the env's motive cue sentences in the episodes' CoTs (concerning episodes only:
-    the CoT is read for why the concerning action happened)."""
+@dataclass
+class DoseSweep:
+    """A dose sweep of one numeric variable: per-episode ``doses`` and 0/1 ``outcomes`` (valid actions only),
+    ``counts`` rows ``(dose, concerning, valid)`` in grid order, and the episode files written (if any)."""
+
+    variable: str
+    doses: np.ndarray
+    outcomes: np.ndarray
+    counts: list[tuple[Any, int, int]]
+    files: list[Any] = field(default_factory=list)
+
+
+def sweep_dose(env: EnvSpec, base: Mapping[str, Any], variable: str, agent: Any, *, n: int, seed: int,
+               episodes_dir: Any = None) -> DoseSweep:
+    """Run ``n`` decision episodes at every dose of the numeric ``variable`` (the other variables at ``base``).
+
+    Without ``episodes_dir`` the arms go through :func:`run_arm` (key ``sweep/<dose>``; a planted agent draws its
+    actions in bulk, no episode is built). With it, every episode is run in full by
+    :func:`~agentmill.methods.forensics.episode.run_episode` (id ``sweep/<variable>=<dose>/<i>``, the episode's own
+    stream) and saved as ``<episodes_dir>/<variable>=<dose>/<i:04d>.jsonl`` — the files ``forensics replay``,
+    ``forensics mine`` and ``forensics export --inspect`` read — and the counts are those of the saved episodes.
+    The directory must be new or empty, so an export never mixes two sweeps."""
+    from pathlib import Path
+
+    var = env.variable(variable)
+    if var.kind != "numeric":
+        raise ValueError(f"variable {variable} is {var.kind}; a dose sweep needs a numeric variable "
+                         f"({[v.name for v in env.variables if v.kind == 'numeric']})")
+    out = Path(episodes_dir) if episodes_dir is not None else None
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"episodes directory {out} is not empty (or not a directory): a sweep writes its episodes "
+                         "to a new directory")
+    doses: list[float] = []
+    ys: list[int] = []
+    counts: list[tuple[Any, int, int]] = []
+    files = []
+    for d in var.domain:
+        values = {**base, variable: d}
+        if out is None:
+            k, valid = run_arm(env, values, agent, n=n, seed=seed, key=f"sweep/{d}")
+        else:
+            rendered = env.render(values)
+            k = valid = 0
+            for i in range(n):
+                ep = run_episode(env, values, agent, seed=seed, episode_id=f"sweep/{variable}={d}/{i}",
+                                 rendered=rendered)
+                files.append(ep.save(out / f"{variable}={d}" / f"{i:04d}.jsonl"))
+                valid += ep.action in env.actions
+                k += ep.action == env.actions[0]
+        counts.append((d, k, valid))
+        doses += [float(d)] * valid
+        ys += [1] * k + [0] * (valid - k)
+    return DoseSweep(variable, np.asarray(doses, float), np.asarray(ys, float), counts, files)
+
+
+def mine_hypotheses(episodes: Sequence[Episode], env: EnvSpec, *, min_votes: int = 2, miner: str = "rule",
+                    lm: Any = None) -> list[Candidate]:
+    """The rule miner (default): votes of the env's motive cue sentences in the episodes' CoTs (concerning episodes
+    only: the CoT is read for why the concerning action happened). ``miner="lm"`` asks ``lm`` instead
+    (:func:`~agentmill.methods.forensics.miner.mine_with_lm`, whose result also counts unparsable replies and the
+    candidates that are untestable here) and returns its testable candidates."""
+    if miner == "lm":
+        if lm is None:
+            raise ValueError("miner='lm' needs an LM (lm=...)")
+        from agentmill.methods.forensics.miner import mine_with_lm
+
+        return mine_with_lm(episodes, env, lm, min_votes=min_votes).candidates
+    if miner != "rule":
+        raise ValueError(f"unknown miner {miner!r}; choose rule or lm")
     votes: Counter[str] = Counter()
     spans: dict[str, list[str]] = {}
     for ep in episodes:
@@ -105,15 +173,19 @@ def mine_hypotheses(episodes: Sequence[Episode], env: EnvSpec, *, min_votes: int
 
 def default_accept(env: EnvSpec, *, min_effect: float = 0.2,
                    threshold_range: tuple[float, float] | None = None) -> Callable[[Candidate], Hypothesis | None]:
-    """Accept every candidate with the env's test for its motive and the env's positive control."""
+    """Accept every candidate with the env's test for its motive and the env's positive control. A candidate whose
+    motive the env declares no test for, or whose variables are not that test's (the LM miner may name either), is
+    left out (None): register it by hand with its own predictions."""
 
     def accept(c: Candidate) -> Hypothesis | None:
-        spec = env.motives[c.motive]
+        spec = env.motives.get(c.motive)
+        if spec is None or not set(c.variables) <= {v for v, _, _ in spec.tests}:
+            return None
         preds = tuple(Prediction(var, val, d, min_effect, threshold_range if val == "dose" else None)
                       for var, val, d in spec.tests)
         return Hypothesis(f"H_{c.motive}", f"the concerning action is driven by {c.motive.replace('_', ' ')}",
                           spec.category, c.motive, tuple(v for v, _, _ in spec.tests), preds, env.positive_control,
-                          c.evidence, "rule-miner")
+                          c.evidence, f"{c.source}-miner")
 
     return accept
 
@@ -209,11 +281,13 @@ def investigate(env: EnvSpec, agent: Any, registry: HypothesisRegistry, *, incid
                 n0: int = 40, budget: int = 600, alpha: float = 0.05, power: float = 0.8, delta_pc: float = 0.2,
                 min_effect: float = 0.2, accept: Callable[[Candidate], Hypothesis | None] | None = None,
                 seed: int = 0, tag: str = "inv", min_votes: int = 2, fallback: str = "auto",
-                shuffle_arms: bool = False) -> Investigation:
+                shuffle_arms: bool = False, miner: str = "rule", lm: Any = None) -> Investigation:
     """Run one investigation of ``agent`` in ``env`` around ``incident`` (default: the env's incident values).
 
     ``fallback``: ``"auto"`` sweeps every variable when the miner finds nothing, ``"always"`` sweeps regardless,
-    ``"never"`` stops. ``shuffle_arms`` permutes the episodes' arm labels before judging (the NC-F4 control)."""
+    ``"never"`` stops. ``shuffle_arms`` permutes the episodes' arm labels before judging (the NC-F4 control).
+    ``miner="lm"`` mines with ``lm`` (:func:`mine_hypotheses`); candidates the accept function leaves out, and a
+    second candidate for a motive already accepted, are not registered."""
     control = dict(incident) if incident is not None else env.values()
     # 1. reproduce
     eps = [run_episode(env, control, agent, seed=seed, episode_id=f"{tag}/incident/{i}") for i in range(n0)]
@@ -224,10 +298,14 @@ def investigate(env: EnvSpec, agent: Any, registry: HypothesisRegistry, *, incid
         inv.status = "not_reproducible"
         return inv
     # 2. mine, 3. register and freeze
-    cands = mine_hypotheses(eps, env, min_votes=min_votes) if fallback != "always" else []
+    cands = mine_hypotheses(eps, env, min_votes=min_votes, miner=miner, lm=lm) if fallback != "always" else []
     inv.candidates = cands
     acc = accept or default_accept(env, min_effect=min_effect)
-    hyps = [h for h in (acc(c) for c in cands) if h is not None]
+    # one hypothesis per id: the LM miner may tie one motive to several variables
+    hyps: list[Hypothesis] = []
+    for h in (acc(c) for c in cands):
+        if h is not None and all(h.id != k.id for k in hyps):
+            hyps.append(h)
     if not hyps and fallback != "never":
         hyps = sweep_hypotheses(env, control, min_effect=min_effect)
         inv.fallback = True
@@ -279,5 +357,5 @@ def to_dot(inv: Investigation) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Candidate", "Investigation", "default_accept", "investigate", "mine_hypotheses", "run_arm",
-           "sweep_hypotheses", "to_dot"]
+__all__ = ["Candidate", "DoseSweep", "Investigation", "default_accept", "investigate", "mine_hypotheses", "run_arm",
+           "sweep_dose", "sweep_hypotheses", "to_dot"]
