@@ -11,10 +11,6 @@ import pytest
 from agentmill.lm import hf
 from agentmill.lm.base import LMError
 
-# One worker runs the whole module (``make test`` uses ``--dist loadgroup``), so the module-scoped model below loads
-# once: split over two workers, each paid the ~85 s GGUF load (CI log of 2026-11-29).
-pytestmark = pytest.mark.xdist_group("qwen-coder")
-
 
 def _chunks(tmp_path, parts):
     paths = []

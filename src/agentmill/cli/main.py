@@ -100,11 +100,17 @@ def cmd_list(args: argparse.Namespace) -> int:
             v = rec.verdicts.get(c.id, "") if rec and rec.status == "ok" else ""
             table.add_row("", "", "", c.id, f"{c.metric} {c.threshold_text}", f"[{_verdict_style(v)}]{v}[/]",
                           c.statement)
-    for package, missing in unavailable().items():
+    missing_extras = unavailable()
+    for package, missing in missing_extras.items():
         table.add_row(f"[bold]{package.rsplit('.', 1)[1]}/*[/]", ", ".join(f"[red]{m}[/]" for m in missing), "", "",
-                      "", "", escape(f"{len(paper_modules(package))} experiments, not loaded: "
-                                 f"pip install 'agentmill[{','.join(missing)}]'"))
-    _console().print(table)
+                      "", "", f"{len(paper_modules(package))} experiments, not loaded (install line below)")
+    console = _console()
+    console.print(table)
+    # The install lines go below the table, unwrapped: a table cell may shrink and cut them short (a long extras
+    # list did, once the table grew), and a user copies them as they are.
+    for package, missing in missing_extras.items():
+        console.print(escape(f"{package.rsplit('.', 1)[1]}/*: pip install 'agentmill[{','.join(missing)}]'"),
+                      soft_wrap=True)
     return 0
 
 
