@@ -33,3 +33,26 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("ray") is not None:
             item.add_marker(pytest.mark.xdist_group("ray"))
+    if getattr(config.option, "loadgroup", False):
+        _suffix_xdist_groups(items)
+
+
+def _suffix_xdist_groups(items) -> None:
+    """Give each ``xdist_group`` test the ``@group`` node-id suffix that ``--dist loadgroup`` schedules by.
+
+    pytest-xdist 3.8 adds the suffix by assigning ``item._nodeid``, which pytest 9 no longer reads (the id lives in
+    ``item._id``), so every group was silently split over both workers: the Ray tests met, and the Qwen model loaded
+    once per worker (80–100 s each under CI's load). Done here the same way on both workers, so their collections
+    still agree; a suffix already present (a fixed xdist) is left alone."""
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if not names or "@" in item.nodeid.rpartition("]")[2]:
+            continue
+        nodeid = f"{item.nodeid}@{'_'.join(names)}"
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(nodeid)
+        else:
+            item._nodeid = nodeid

@@ -11,6 +11,10 @@ import pytest
 from agentmill.lm import hf
 from agentmill.lm.base import LMError
 
+# The model tests share one xdist worker (``make test`` runs ``--dist loadgroup``) and one session-wide load: split
+# over two workers, each paid the load (80–100 s under CI's load; CI logs of 2026-11-29).
+pytestmark = pytest.mark.xdist_group("qwen-coder")
+
 
 def _chunks(tmp_path, parts):
     paths = []
@@ -58,7 +62,7 @@ def test_installed_chunks_assemble_to_the_official_release() -> None:
     assert path.stat().st_size == hf.QWEN_CODER_BYTES and hf.gguf_sha256(path) == hf.QWEN_CODER_SHA256
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def qwen():
     from agentmill.lm import load_lm
 
