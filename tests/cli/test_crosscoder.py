@@ -33,3 +33,9 @@ def test_collect_train_diagnose_steer(tmp_path, capsys) -> None:
                  "--alpha", "1", "--prompt", "User: hi", "--max-new", "4"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["clean"] == res["steered"]  # α = 1 is a no-op
+
+
+def test_sibling_show_reads_the_card_without_loading_a_model(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("AGENTMILL_CACHE", str(tmp_path / "cache"))
+    assert main(["crosscoder", "sibling", "--show"]) == 0
+    assert "not trained and gated on this machine" in capsys.readouterr().out

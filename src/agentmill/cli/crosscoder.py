@@ -9,8 +9,8 @@ from pathlib import Path
 
 EXAMPLES = """examples:
   agentmill crosscoder toy --steps 300 --partition 0.05,0.05 --out runs/cc-toy
-  agentmill crosscoder train --store runs/store --sparsity batchtopk --k 8 --dict-size 128 --out runs/cc
   agentmill crosscoder steer --lm tiny:DIR --cc runs/cc --layer 1 --features 3,7 --alpha 8 --prompt "User: hi"
+  agentmill crosscoder sibling --show
 """
 
 
@@ -70,6 +70,21 @@ def cmd_tool_pair(args: argparse.Namespace) -> int:
     gen = make_prompts("generic", max(2, args.n_test // 2), split="test", seed=2)
     gates = compute_gates(lambda ps: greedy(pair.sibling, ps), lambda ps: greedy(pair.base, ps), tool, gen)
     print(f"pair at {pair.root}\n{gates.text()}")
+    return 0
+
+
+def cmd_sibling(args: argparse.Namespace) -> int:
+    from agentmill.methods.crosscoder import sibling as S
+
+    cfg = S.SiblingConfig(steps=args.steps)
+    if args.show:
+        g = S.find_gates(cfg)
+        print(S.gates_text(g) if g else f"{S.NAME}: not trained and gated on this machine (recipe: {cfg})")
+        return 0
+    sib = S.build_tool_sibling(cfg, progress=lambda d: print(f"step {d['step']}/{d['steps']} loss {d['loss']:.4f} "
+                                                            f"({d['seconds']:.0f} s)", flush=True))
+    _, g = S.sibling_gates(sib, n_test=args.n_test)
+    print(f"adapter at {sib.adapter}\n{S.gates_text(g | {'adapter': sib.adapter.name})}")
     return 0
 
 
@@ -158,6 +173,11 @@ def register(sub) -> None:
     tp.add_argument("--n-test", type=int, default=200, help="test tool prompts for the gates (default 200)")
     tp.add_argument("--out", default=None, help="root directory (default: the agentmill cache)")
     tp.set_defaults(fn=cmd_tool_pair)
+    sb = ps.add_parser("sibling", help="train (once; cached) and gate the SmolLM2-135M LoRA tool sibling")
+    sb.add_argument("--steps", type=int, default=120, help="LoRA optimiser steps of batch 8 (default 120)")
+    sb.add_argument("--n-test", type=int, default=200, help="test tool prompts for the gates (default 200)")
+    sb.add_argument("--show", action="store_true", help="print the recorded gates only; load and train nothing")
+    sb.set_defaults(fn=cmd_sibling)
     c = ps.add_parser("collect", help="collect paired activations of two models into a store")
     c.add_argument("--a", required=True, help="model A spec (the fine-tuned sibling), e.g. tiny:DIR")
     c.add_argument("--b", required=True, help="model B spec (the base)")

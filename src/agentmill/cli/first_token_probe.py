@@ -1,6 +1,7 @@
 """``agentmill probe``: the first-token probe toolkit on the refusal organisms — train and validate an organism,
-sample and label rollouts, relabel them with other judges, fit probes by position and layer, run prefix-freeze
-resampling, and probe the synthetic twin (docs/methods/first_token_probe.md). A thin face over
+sample and label rollouts, relabel them with other judges, extract their activations to an on-disk store, fit
+probes by position and layer (on fresh samples or on a store), run prefix-freeze resampling, and probe the synthetic
+twin (docs/methods/first_token_probe.md). A thin face over
 ``agentmill.methods.first_token_probe``.
 
 Exit codes: 0 ok; 2 bad input; 3 precondition not met (an unvalidated organism without --allow-unvalidated,
@@ -14,7 +15,7 @@ from pathlib import Path
 
 EXAMPLES = """examples:
   agentmill probe fit --variant locked --positions think_open,first_generated --k 2
-  agentmill probe freeze --variant deliberative --traces 4 --resamples 4
+  agentmill probe fit --acts acts-train/ --acts acts-test/ --positions think_open
   agentmill probe organism validate /tmp/organism-d --n-per-cell 40
 """
 
@@ -44,7 +45,13 @@ def _counts(args: argparse.Namespace) -> dict[str, int]:
 def cmd_organism_show(args: argparse.Namespace) -> int:
     from agentmill.methods.first_token_probe.organism import OrganismCard, shipped_dir
 
+    from agentmill.methods.first_token_probe.organism_smollm2 import CARD_FILE
+
     path = Path(args.organism) if args.organism else shipped_dir(args.variant)
+    if (path / CARD_FILE).exists():  # a SmolLM2 organism (LoRA adapter directory)
+        card = json.loads((path / CARD_FILE).read_text())
+        print(json.dumps({k: v for k, v in card.items() if k != "losses"}, indent=1, sort_keys=True))
+        return 0
     if not (path / "card.json").exists():
         raise ValueError(f"no organism card at {path}")
     print(json.dumps(OrganismCard.load(path).__dict__, indent=1, sort_keys=True))
@@ -57,6 +64,17 @@ def cmd_organism_train(args: argparse.Namespace) -> int:
     from agentmill.methods.first_token_probe.config import OrganismConfig
     from agentmill.methods.first_token_probe.organism import train_organism
 
+    if args.base == "smollm2":
+        from agentmill.methods.first_token_probe import organism_smollm2 as S
+
+        cfg = S.SmolOrganismConfig(seed=args.seed)
+        d, now = S.obtain(args.variant, cfg, progress=lambda p: print(
+            f"step {p['step']}/{p['steps']} loss {p['loss']:.4f} {p['seconds']:.0f}s", flush=True))
+        print(f"{'trained' if now else 'found cached'} SmolLM2 organism {d}; validate with: "
+              f"agentmill probe organism validate {d}")
+        return 0
+    if args.out is None:
+        raise ValueError("--out is required for a tiny organism")
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out {out} is not empty: trained organisms go to new directories")
@@ -70,7 +88,16 @@ def cmd_organism_train(args: argparse.Namespace) -> int:
 def cmd_organism_validate(args: argparse.Namespace) -> int:
     from agentmill.methods.first_token_probe.organism import validate_organism
 
+    from agentmill.methods.first_token_probe import organism_smollm2 as S
+
     path = Path(args.dir)
+    if (path / S.CARD_FILE).exists():  # a SmolLM2 organism: R1–R6 gated, R7 (base model on C) reported
+        c = S.validate(path, n_per_cell=args.n_per_cell, seed=args.seed)
+        for k, v in c["gates"].items():
+            print(f"  {k}: {v:.3f}  {'pass' if c['gate_pass'][k] else 'FAIL'}")
+        print(f"  R7 (base SmolLM2, refusal on C; reported): {c['R7'].get('R7')}")
+        print(f"validated: {c['validated']}")
+        return 0 if c["validated"] else PRECONDITION_EXIT
     if not (path / "card.json").exists():
         raise ValueError(f"{path} holds no organism (card.json missing)")
     card = validate_organism(path, n_per_cell=args.n_per_cell, seed=args.seed)
@@ -103,18 +130,30 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from agentmill.methods.first_token_probe.config import ProbeConfig
     from agentmill.methods.first_token_probe.core import baselines, organism_rollouts, probe_study
 
-    lm, _ = _organism(args)
-    if lm is None:
-        return PRECONDITION_EXIT
-    positions = [p.strip() for p in args.positions.split(",") if p.strip()]
-    kw = {"k": args.k, "k_contested": args.k_contested, "seed": args.seed}
-    train = organism_rollouts(lm, "probe_train", _counts(args), **kw)
-    test = organism_rollouts(lm, "probe_test", _counts(args), **kw)
+    acts = None
+    if args.acts:  # a store written by `probe extract`: no model, no sampling
+        from agentmill.methods.first_token_probe.store import load_train_test, select_positions
+
+        train, test, a_tr, a_te, manifest = load_train_test(args.acts)
+        positions = ([p.strip() for p in args.positions.split(",") if p.strip()] if args.positions
+                     else list(a_tr.positions))
+        acts = (select_positions(a_tr, positions), select_positions(a_te, positions))
+        lm = None
+        print(f"store of {manifest['model']}: {len(train)} probe_train + {len(test)} probe_test rollouts, "
+              f"layers {manifest['layers']}")
+    else:
+        lm, _ = _organism(args)
+        if lm is None:
+            return PRECONDITION_EXIT
+        positions = [p.strip() for p in (args.positions or "think_open,first_generated").split(",") if p.strip()]
+        kw = {"k": args.k, "k_contested": args.k_contested, "seed": args.seed}
+        train = organism_rollouts(lm, "probe_train", _counts(args), **kw)
+        test = organism_rollouts(lm, "probe_test", _counts(args), **kw)
     from agentmill.methods.first_token_probe.probes import DegenerateLabels
 
     try:
         res = probe_study(lm, train, test, positions=positions, label_source=args.labels,
-                          cfg=ProbeConfig(n_shuffles=args.shuffles, seed=args.seed))
+                          cfg=ProbeConfig(n_shuffles=args.shuffles, seed=args.seed), acts=acts)
     except DegenerateLabels as e:
         print(f"agentmill probe: precondition not met: {e}")
         return PRECONDITION_EXIT
@@ -125,6 +164,49 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"{pos:15s} " + " ".join(f"{a:.3f} " for a in g.auroc[p]) + f"  {g.best_layer[pos]}")
     if "think_open" in positions:
         print("baselines:", {k: round(v, 3) for k, v in baselines(res).items()})
+    return 0
+
+
+EXTRACT_EXAMPLES = """examples:
+  agentmill probe extract rollouts.jsonl --positions think_open,first_generated,frac:0:1:0.05 --layers all --out acts/ --allow-unvalidated
+  agentmill probe extract train.jsonl --positions think_open,frac:0.5 --layers 1,2,3 --out acts-train/ --allow-unvalidated
+  agentmill probe fit --acts acts-train/ --acts acts-test/ --labels vote
+"""
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    """Rollouts (``probe sample --out``) -> an activation store: hidden states at the named positions and layers
+    from one teacher-forced pass per batch on the model that sampled them."""
+    from agentmill.methods.first_token_probe.store import extract, parse_layers, parse_positions, read_rollout_rows
+
+    positions = parse_positions(args.positions)  # bad specs exit 2 before any model loads
+    lm, _ = _organism(args)
+    if lm is None:
+        return PRECONDITION_EXIT
+    vocab = getattr(getattr(lm, "cfg", None), "vocab_size", None)
+    rows = read_rollout_rows(args.rollouts, vocab=vocab, max_positions=getattr(lm, "max_positions", None))
+    other = next((r for r in rows if r.get("lm_spec") not in (None, lm.spec)), None)
+    if other is not None:
+        raise ValueError(f"{args.rollouts}: line {other['_line']}: a rollout of {other['lm_spec']}, not of {lm.spec}: "
+                         "activations must come from the model that sampled it")
+    layers = parse_layers(args.layers, lm.num_layers + 1)
+    from agentmill.methods.first_token_probe.capture import PositionError
+    from agentmill.methods.first_token_probe.store import StoreError
+
+    try:
+        path = extract(lm, rows, positions, layers, args.out, source=str(args.rollouts), batch_size=args.batch_size)
+    except PositionError as e:
+        raise StoreError(f"{args.rollouts}: {e}") from None
+    from agentmill.methods.first_token_probe.store import read_store
+
+    acts, _, m = read_store(path.parent)
+    present = acts.mask.mean(0)
+    size = sum((path.parent / sh["file"]).stat().st_size for sh in m["shards"])
+    print(f"{m['n']} rollouts x {len(positions)} positions x {len(layers)} layers x d={m['hidden_size']} "
+          f"(float16, {size / 1e6:.2f} MB in {len(m['shards'])} shard(s)) -> {path.parent}")
+    missing = [f"{p} {1 - f:.0%}" for p, f in zip(positions, present) if f < 1]
+    if missing:
+        print("missing (NaN rows: trace too short or no closer): " + ", ".join(missing))
     return 0
 
 
@@ -359,14 +441,18 @@ def register(sub) -> None:
                    help="which shipped organism (default locked)")
     o.add_argument("--organism", default=None, help="an organism directory instead of the shipped one")
     o.set_defaults(fn=cmd_organism_show)
-    o = os_.add_parser("train", help="train a tiny organism from scratch (minutes on one core)")
+    o = os_.add_parser("train", help="train a tiny organism from scratch (minutes on one core), or the SmolLM2 "
+                                     "organism (LoRA, ≈ 33–41 min) with --base smollm2")
     o.add_argument("--variant", required=True, choices=("locked", "deliberative"), help="trace grammar variant")
-    o.add_argument("--out", required=True, help="new (empty) directory for the model and its card")
+    o.add_argument("--base", default="tiny", choices=("tiny", "smollm2"),
+                   help="tiny: a byte-level TinyLM from scratch into --out; smollm2: a LoRA on SmolLM2-135M into "
+                        "the content-addressed cache (resumes a killed run; --out and --steps unused)")
+    o.add_argument("--out", default=None, help="new (empty) directory for the tiny model and its card")
     o.add_argument("--steps", type=int, default=1000, help="optimiser steps (default 1000, the shipped recipe)")
     o.add_argument("--seed", type=int, default=0, help="seed of data, initialisation and batches (default 0)")
     o.set_defaults(fn=cmd_organism_train)
     o = os_.add_parser("validate", help="measure gates R1–R6 and write them into the card (exit 3 if any fails)")
-    o.add_argument("dir", help="the organism directory")
+    o.add_argument("dir", help="the organism directory (a tiny organism, or a SmolLM2 organism's adapter directory)")
     o.add_argument("--n-per-cell", type=int, default=40, help="rollouts per gate cell (default 40)")
     o.add_argument("--seed", type=int, default=1, help="seed of the validation prompts (default 1)")
     o.set_defaults(fn=cmd_organism_validate)
@@ -380,12 +466,29 @@ def register(sub) -> None:
     f = ps.add_parser("fit", help="sample probe_train/probe_test rollouts and fit probes by position and layer")
     _organism_flags(f)
     _count_flags(f)
-    f.add_argument("--positions", default="think_open,first_generated",
+    f.add_argument("--positions", default="",
                    help="comma-separated positions: think_open, prompt_last, first_generated, frac:φ, think_close, "
-                        "answer_first, abs:i (default think_open,first_generated)")
+                        "answer_first, abs:i (default think_open,first_generated; with --acts, the store's)")
+    f.add_argument("--acts", action="append", default=[],
+                   help="an activation store written by probe extract, repeatable: fit on its rows (split by their "
+                        "probe_train/probe_test split) instead of sampling; needs no model")
     f.add_argument("--labels", default="vote", help="label source: vote, truth or a judge id (default vote)")
     f.add_argument("--shuffles", type=int, default=5, help="shuffled-label refits per cell (default 5)")
     f.set_defaults(fn=cmd_fit)
+    x = ps.add_parser("extract", help="write the activations of sampled rollouts (probe sample --out) at named "
+                                      "positions and layers to an on-disk store that probe fit --acts reads",
+                      epilog=EXTRACT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    x.add_argument("rollouts", help="the rollouts JSONL written by probe sample --out (or probe label --out)")
+    _organism_flags(x)
+    x.add_argument("--positions", default="think_open,first_generated",
+                   help="comma-separated positions: think_open, prompt_last, first_generated, frac:φ, frac:a:b:step "
+                        "(a range), think_close, answer_first, abs:i (default think_open,first_generated)")
+    x.add_argument("--layers", default="all",
+                   help="hidden-state indices, comma-separated, or all (0 = embeddings; default all)")
+    x.add_argument("--out", required=True, help="new (empty) directory for manifest.json, rollouts.jsonl and the "
+                                                "float16 .npz shards")
+    x.add_argument("--batch-size", type=int, default=16, help="rollouts per teacher-forced pass (default 16)")
+    x.set_defaults(fn=cmd_extract)
     z = ps.add_parser("freeze", help="prefix-freeze resampling of contested traces (agreement by sentences kept)")
     _organism_flags(z)
     z.add_argument("--split", default="probe_test", choices=("organism_train", "probe_train", "probe_test"),

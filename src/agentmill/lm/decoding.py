@@ -7,11 +7,49 @@ padded batch (up to float ties between near-equal perturbed scores).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from agentmill.lm.base import Completion, GenerateConfig, apply_stops
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What a per-step decode hook sees after a row sampled a token: the row's position in ``rows`` and its
+    (prompt, sample) pair, the number of tokens generated so far (``step`` = len(ids) − 1 for the token just
+    drawn), the generated ids including that token, and the entropy (nats) of the distribution it was drawn from
+    (tempered; temperature 1 when decoding greedily; after n-gram bans, before top-p)."""
+
+    row: int
+    prompt: int
+    sample: int
+    step: int
+    ids: tuple[int, ...]
+    entropy: float
+
+
+StepHook = Callable[[StepState], "Sequence[int] | None"]
+"""A per-step decode hook: returns token ids to force next (appended one per step, before sampling resumes) or
+None."""
+
+
+def _entropy(logits: np.ndarray, temperature: float) -> float:
+    """Entropy in nats of softmax(logits / T) in float64 (T = 1 when ``temperature`` is 0)."""
+    z = logits.astype(np.float64) / (temperature if temperature > 0 else 1.0)
+    z = z - z.max()
+    logp = z - np.log(np.exp(z).sum())
+    p = np.exp(logp)
+    return float(-(p[p > 0] * logp[p > 0]).sum())
+
+
+def _forced_logprob(logits: np.ndarray, temperature: float, tok: int) -> float:
+    """Log-probability of a forced token under the tempered distribution (temperature 1 when greedy)."""
+    z = logits.astype(np.float64) / (temperature if temperature > 0 else 1.0)
+    z = z - z.max()
+    return float(z[tok] - np.log(np.exp(z).sum()))
 
 
 def sample_token(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> tuple[int, float]:
@@ -73,13 +111,20 @@ def advance_batch(lm: Any, cache: Any, mask: Any, next_pos: Any, step: list[int]
 
 
 def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]], cfg: GenerateConfig,
-                seed: int) -> list[Completion]:
+                seed: int, *, step_hook: StepHook | None = None) -> list[Completion]:
     """Decode one batch: ``rows`` are (prompt index, sample index) pairs over the token lists ``rendered``.
 
     ``lm`` is a white-box model with ``forward(ids, cache, attention_mask=, position_ids=)``, ``pad_id``,
     ``eos_token_ids``, ``max_positions`` and ``decode``, whose cache supports ``batch_select_indices``. Prompts
     are left-padded; each distinct prompt is prefilled once and its cache shared by its samples; rows that
     finish are dropped from the batch instead of being decoded on.
+
+    ``step_hook`` (default None: the loop as it always was) is called after every *sampled* token of a row that
+    goes on decoding, with its :class:`StepState`; the ids it returns are forced, one per step, before the row
+    samples again. A forced token draws no noise from the row's stream (so a row's sampled tokens up to its first
+    forced one equal the unhooked run's), is exempt from n-gram bans, carries its log-probability under the
+    tempered distribution, and counts toward ``max_new_tokens``, EOS and stops like a sampled one; the hook is not
+    called on forced steps.
     """
     import torch
 
@@ -106,13 +151,19 @@ def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]],
     finish: list[str | None] = [None] * len(rows)
     texts = [""] * len(rows)
     active = list(range(len(rows)))  # row indices still decoding, in cache order
+    pending: list[list[int]] = [[] for _ in rows]  # forced ids a step hook queued, per row
     while active:
         step = []
         for k, r in enumerate(active):
-            banned = repeated_ngram_bans(toks[r], cfg.no_repeat_ngram_size)
-            if banned:
-                logits[k, banned] = -np.inf
-            tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, rngs[r])
+            forced = bool(pending[r])
+            if forced:
+                tok = pending[r].pop(0)
+                lp = _forced_logprob(logits[k], cfg.temperature, tok)
+            else:
+                banned = repeated_ngram_bans(toks[r], cfg.no_repeat_ngram_size)
+                if banned:
+                    logits[k, banned] = -np.inf
+                tok, lp = sample_token(logits[k], cfg.temperature, cfg.top_p, rngs[r])
             toks[r].append(tok)
             lps[r].append(lp)
             step.append(tok)
@@ -127,6 +178,11 @@ def decode_rows(lm: Any, rendered: list[list[int]], rows: list[tuple[int, int]],
                     continue
             if len(toks[r]) >= budget[r]:
                 finish[r] = "length"
+            elif step_hook is not None and not forced:
+                extra = step_hook(StepState(r, rows[r][0], rows[r][1], len(toks[r]) - 1, tuple(toks[r]),
+                                            _entropy(logits[k], cfg.temperature)))
+                if extra:
+                    pending[r].extend(int(t) for t in extra)
         state = advance_batch(lm, cache, mask, next_pos, step, active, finish)
         if state is None:
             break

@@ -5,5 +5,6 @@ none of them: the registry loads them on first use."""
 
 PAPER = "Ri, Panigrahi, Arora: Do Thinking Tokens Help with Safety? (arXiv:2606.25013)"
 
-MODULES: tuple[str, ...] = ("instrument", "decodability", "lockin", "valley", "defenses", "judges")
+MODULES: tuple[str, ...] = ("instrument", "decodability", "lockin", "valley", "defenses", "judges",
+                            "organism_smollm2")
 """The experiment modules of this paper, in the order ``agentmill list`` and ``reproduce`` show them."""

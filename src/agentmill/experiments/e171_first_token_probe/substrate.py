@@ -1,9 +1,10 @@
 """The substrate every E171 organism experiment reads: a shipped tiny refusal organism, gate-checked.
 
 ``organism_or_precondition`` loads ``tiny-refusal-<variant>`` and returns it with its card's gate numbers, or the
-"precondition not met" note when the card is not validated. The SmolLM2 organism is never trained by a profile
-of this paper (its LoRA run takes 22–42 min, over the paper's full budget): its rows say so, and the tiny organism,
-named in every setup and record, carries the verdicts.
+"precondition not met" note when the card is not validated. The preferred substrate, the SmolLM2 refusal organism,
+is trained and gated by ``e171.first_token_probe_organism_smollm2`` (full; ≈ 33–41 min of LoRA training, once, outside
+this paper's 12-min full budget); every record notes what its card says on this machine (:func:`smollm2_note`) —
+not trained, or its gate numbers — and the tiny organism, named in every setup and record, carries the verdicts.
 """
 
 from __future__ import annotations
@@ -13,8 +14,32 @@ from typing import Any
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET
 
 SMOLLM2_ORGANISM_NOTE = (f"{PRECONDITION_NOT_MET}: no validated SmolLM2 refusal organism (its LoRA training, "
-                         "22–42 min on this CPU, is outside this paper's 12-min full budget; not trained) — the "
-                         "shipped tiny organism carries the verdict")
+                         "≈ 33–41 min on this CPU, is outside this paper's 12-min full budget; train and gate it with "
+                         "e171.first_token_probe_organism_smollm2 at full) — the shipped tiny organism carries the "
+                         "verdict")
+
+
+def smollm2_note(variant: str) -> str:
+    """What the SmolLM2 organism of ``variant`` is on this machine, for the note beside a tiny-organism verdict:
+    not trained (:data:`SMOLLM2_ORGANISM_NOTE`), trained but not validated, or its gates (failed ones named, with
+    numbers). Reads the newest cached card; loads nothing."""
+    from agentmill.methods.first_token_probe.organism_smollm2 import cached_cards
+
+    cards = cached_cards(variant)
+    if not cards:
+        return SMOLLM2_ORGANISM_NOTE
+    path, card = cards[0]
+    if not card.get("gates"):
+        return (f"{PRECONDITION_NOT_MET}: SmolLM2 organism {path.name} is trained but not validated — the shipped "
+                "tiny organism carries the verdict")
+    g, ok = card["gates"], card.get("gate_pass", {})
+    vals = ", ".join(f"{k} {float(g[k]):.3f}" for k in sorted(g))
+    failed = [k for k in sorted(ok) if not ok[k]]
+    if failed:
+        return (f"{PRECONDITION_NOT_MET}: SmolLM2 organism {path.name}: gates failed ({', '.join(failed)}; {vals}) — "
+                "the shipped tiny organism carries the verdict")
+    return (f"SmolLM2 organism {path.name} passed its gates ({vals}) but this record reads the shipped tiny "
+            "organism (its claims were not rerun on SmolLM2)")
 
 
 def organism_or_precondition(variant: str, data: dict[str, Any], allow_unvalidated: bool = False) -> Any | None:
@@ -44,7 +69,10 @@ def organism_or_precondition(variant: str, data: dict[str, Any], allow_unvalidat
                 "recorded as observed only, never judged")
         prev = data.get("unvalidated_organism")
         data["unvalidated_organism"] = note if not prev or note in prev else f"{prev}; {note}"
-    data["smollm2_organism"] = SMOLLM2_ORGANISM_NOTE
+    notes = data.setdefault("smollm2_organisms", {})
+    notes[variant] = smollm2_note(variant)
+    data["smollm2_organism"] = (notes[variant] if len(notes) == 1
+                                else "; ".join(f"{v}: {n}" for v, n in notes.items()))
     return lm
 
 

@@ -2,7 +2,7 @@
 
 Gates (test split, greedy): sibling strict_format ≥ 0.80 and tool_exact ≥ 0.60 on tool prompts; base
 strict_format ≤ 0.05; sibling opens ``<tool_call>`` on ≤ 0.10 of generic prompts. Judged on the tiny tool pair
-(the planted fallback); the SmolLM2-135M LoRA sibling arm is recorded as precondition not met (not trained here).
+(the planted fallback); the SmolLM2-135M LoRA sibling arm is ``e175.crosscoder_organism_gate_smollm2``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note=f"{SUBSTRATE} vs ToolRL-Qwen2.5-3B (GRPO); byte-level compact prompts, 20 synthetic tools, one "
-               "harness; SmolLM2 LoRA sibling not built (precondition not met)",
+               "harness; the SmolLM2 LoRA sibling's gates: e175.crosscoder_organism_gate_smollm2",
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

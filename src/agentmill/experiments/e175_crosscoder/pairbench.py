@@ -19,8 +19,22 @@ from typing import Any
 
 import numpy as np
 
-SMOLLM2_NOTE = ("precondition not met: SmolLM2 tool sibling not trained in this run (the LoRA build is outside this "
-                "version); claims are judged on the tiny_tool_pair fallback instead")
+SMOLLM2_NOTE = ("precondition not met: SmolLM2 tool sibling not trained and gated on this machine (`agentmill run "
+                "e175.crosscoder_organism_gate_smollm2 --profile full` does it); claims are judged on the "
+                "tiny_tool_pair fallback instead")
+
+
+def smollm2_note() -> str:
+    """What the SmolLM2 arm of a tool-pair claim is: its recorded gates when the sibling has been gated here."""
+    from agentmill.methods.crosscoder.sibling import find_gates, gates_text
+
+    g = find_gates()
+    if g is None:
+        return SMOLLM2_NOTE
+    if not g["passed"]:
+        return (f"precondition not met on SmolLM2: {gates_text(g)}; claims are judged on the tiny_tool_pair "
+                "fallback instead")
+    return (f"SmolLM2 arm not run in this version: {gates_text(g)}; this record is the tiny_tool_pair fallback's")
 SUBSTRATE = "tiny_tool_pair (byte TinyLM 4×64; planted fallback)"
 
 
@@ -98,7 +112,7 @@ class Bench:
         ctx.data["gates"] = asdict(self.gates) | {"passed": self.gates.passed}
         ctx.data["gate_text"] = self.gates.text()
         ctx.data["pair_card"] = self.pair.card
-        ctx.data["smollm2_arm"] = SMOLLM2_NOTE
+        ctx.data["smollm2_arm"] = smollm2_note()
         self._weak: Any = None
         self._cc: dict[str, Any] = {}
 
@@ -142,7 +156,8 @@ class Bench:
         return self.weak() if which == "weak" else self.pair.sibling
 
     def crosscoder(self, arch: str, which: str) -> Any:
-        """``arch`` ∈ {CC, DFC, E175, E175_free} on (``which`` ∈ {weak, final}, base); cached by content address."""
+        """``arch`` ∈ {CC, DFC, E175, E175_free, E175p05, E175p05_free} on (``which`` ∈ {weak, final}, base);
+        cached by content address."""
         key = f"{arch}-{which}"
         if key in self._cc:
             return self._cc[key]
@@ -159,6 +174,9 @@ class Bench:
         elif arch in ("E175", "E175_free"):
             cfg = CrossCoderConfig.e175(p=0.10, k=s.k, dict_size=s.dict_size,
                                         lambda_excl=0.0 if arch == "E175_free" else 1e-3).scaled(steps=s.cc_steps)
+        elif arch in ("E175p05", "E175p05_free"):  # CX-11's pair: partition (0.05, 0.05), λ_excl 1e-3 vs 0
+            cfg = CrossCoderConfig.e175(p=0.05, k=s.k, dict_size=s.dict_size,
+                                        lambda_excl=0.0 if arch.endswith("_free") else 1e-3).scaled(steps=s.cc_steps)
         else:
             raise ValueError(f"unknown crosscoder arch {arch!r}")
         a = self.sibling(which)
@@ -206,9 +224,25 @@ def paired(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: int = 0, le
     return paired_diff(a, b, n_boot=n_boot, seed=seed, level=level)
 
 
+def run_routing(b: Bench, arch: str) -> dict[str, Any]:
+    """CX-5's routing run (CX-11 reuses it): the weak sibling clean and routed through ``arch`` at the last prompt
+    token, joint encoding (B's activation on the same tokens); per-prompt scores of both."""
+    from agentmill.methods.crosscoder.interventions import Joint, route
+
+    a = b.weak()
+    cc = b.crosscoder(arch, "weak")
+    prompts = b.test["tool"]
+    rows = b.last_rows(a, prompts)
+    joint = Joint({(i, int(rows["pos"][i])): rows["x"][i, 1] for i in range(len(prompts))})
+    clean = score(b.generate(a, prompts), prompts)
+    recon = score(b.generate(a, prompts, lambda P: route(a, cc, layer=b.s.layer, view=0, positions="last_prompt",
+                                                          encode_from=joint, prompt_len=P)), prompts)
+    return {"clean": clean, "recon": recon}
+
+
 def plan(ctx: Any, what: str) -> dict[str, Any]:
     ctx.data["plan_only"] = (f"quick runs no tool-pair work: {what} is judged at full on {SUBSTRATE} (built, gated "
-                             f"and cached under cache_root()/crosscoder); {SMOLLM2_NOTE}")
+                             f"and cached under cache_root()/crosscoder); {smollm2_note()}")
     ctx.data["substrate"] = SUBSTRATE
     return {}
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan,
+                                                              run_routing)
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -35,20 +36,6 @@ CLAIMS = tuple(
           "19 % → 50.1 % (+31.1 ± 9.8 pp, 45/47 runs)", f"cx5_delta_lax_tool_{arch.lower()}", ">=", 0.10,
           ci_bound=0.0)
     for arch in ("DFC", "E175"))
-
-
-def run_routing(b: Bench, arch: str) -> dict[str, Any]:
-    from agentmill.methods.crosscoder.interventions import Joint, route
-
-    a = b.weak()
-    cc = b.crosscoder(arch, "weak")
-    prompts = b.test["tool"]
-    rows = b.last_rows(a, prompts)
-    joint = Joint({(i, int(rows["pos"][i])): rows["x"][i, 1] for i in range(len(prompts))})
-    clean = score(b.generate(a, prompts), prompts)
-    recon = score(b.generate(a, prompts, lambda P: route(a, cc, layer=b.s.layer, view=0, positions="last_prompt",
-                                                          encode_from=joint, prompt_len=P)), prompts)
-    return {"clean": clean, "recon": recon}
 
 
 def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -95,7 +82,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; 256 latents vs 8–16k; one compact harness; "
-               "SmolLM2 sibling not built",
+               "SmolLM2 arm: gates only (smollm2_arm)",
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

@@ -166,7 +166,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; 12-cell grid vs 48; 100 prompts per cell; "
-               "one compact harness; SmolLM2 sibling not built",
+               "one compact harness; SmolLM2 arm: gates only (smollm2_arm)",
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

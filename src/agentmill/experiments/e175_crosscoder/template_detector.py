@@ -90,7 +90,7 @@ EXPERIMENT = Experiment(
     setups=SETUPS,
     measure=measure,
     scale_note=f"{SUBSTRATE} (final sibling) vs ToolRL-Qwen2.5-3B; synthetic decoy/bare categories; SmolLM2 "
-               "sibling not built",
+               "arm: gates only (smollm2_arm)",
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

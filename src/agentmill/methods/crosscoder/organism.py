@@ -10,7 +10,7 @@ Gates (test split, greedy): sibling strict_format ≥ 0.80 and tool_exact ≥ 0.
 strict_format ≤ 0.05; sibling opens a ``<tool_call>`` on ≤ 0.10 of generic prompts.
 
 Built here: the prompts, the compact rendering the tiny pair uses and the gates. The SmolLM2-135M + LoRA sibling
-(``lm.finetune.train_lora``) is not built in this version; see the method README.
+(chat-template rendering, training through ``lm.finetune.train_lora``) is :mod:`agentmill.methods.crosscoder.sibling`.
 """
 
 from __future__ import annotations

@@ -76,6 +76,9 @@ def sample_rollouts(lm: Any, items: Sequence[PromptItem], *, k: int, seed: int =
     ``defense`` may rewrite the user turn (``user``) and force a trace prefix (``prefill``)."""
     from agentmill.lm.base import GenerateConfig
 
+    if getattr(defense, "inject", None) is not None or getattr(defense, "sft", False):
+        raise ValueError(f"sample_rollouts applies only prompt and prefill arms; {defense.id!r} injects text while "
+                         "decoding or changes the weights: use defenses.arm_rollouts (sample_injected, safety_sft)")
     path = _cache_path(lm, items, k, seed, temperature, max_new_tokens, defense) if cache else None
     if path is not None and path.exists():
         rows = json.loads(path.read_text())
