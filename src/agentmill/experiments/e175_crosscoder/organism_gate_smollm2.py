@@ -17,7 +17,7 @@ from typing import Any
 
 from agentmill.core.stats import Estimate, clopper_pearson
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.plotting import pyplot, save
+from agentmill.experiments.e175_crosscoder.pairbench import gate_bars
 from agentmill.experiments.protocol import Claim, Experiment, RunContext
 
 SUBSTRATE = "SmolLM2-135M-Instruct (base) vs SFT tool sibling (model organism: SmolLM2-135M + LoRA)"
@@ -86,23 +86,7 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    if "gates" not in data:
-        return []
-    plt = pyplot()
-    g = data["gates"]
-    names = ["sib strict", "sib tool", "base strict", "sib generic tag"]
-    vals = [g["sibling_strict_format"], g["sibling_tool_exact"], g["base_strict_format"],
-            g["sibling_generic_tag_rate"]]
-    lims = [(0.80, ">="), (0.60, ">="), (0.05, "<="), (0.10, "<=")]
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar(names, vals, color=["#4477aa" if (v >= t if d == ">=" else v <= t) else "#cc6677"
-                               for v, (t, d) in zip(vals, lims)])
-    for i, (t, _) in enumerate(lims):
-        ax.hlines(t, i - 0.4, i + 0.4, color="k", ls="--", lw=0.8)
-    ax.set_ylim(0, 1.05)
-    ax.set_title("CX-4 gates (SmolLM2 tool sibling)")
-    ax.tick_params(axis="x", labelsize=7)
-    return [save(fig, out_dir / "cx4_gates_smollm2.png")]
+    return gate_bars(data, out_dir / "cx4_gates_smollm2.png", "CX-4 gates (SmolLM2 tool sibling)")
 
 
 EXPERIMENT = Experiment(

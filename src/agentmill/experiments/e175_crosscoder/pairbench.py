@@ -261,3 +261,26 @@ def top_latents(b: Bench, which: str, n_rank: int) -> tuple[Any, Any, Any]:
     ft, _ = encode_rows(cc, rt["x"] * sc)
     fg, _ = encode_rows(cc, rg["x"] * sc)
     return cc, rank_features(ft, fg, cc.blocks()["a_excl"]), (ft > 0).mean(0)
+
+
+def gate_bars(data: dict[str, Any], out_path: Path, title: str) -> list[Path]:
+    """The four CX-4 gates as bars against their thresholds (blue: passed, red: failed); [] without gates."""
+    from agentmill.experiments.plotting import pyplot, save
+
+    if "gates" not in data:
+        return []
+    plt = pyplot()
+    g = data["gates"]
+    names = ["sib strict", "sib tool", "base strict", "sib generic tag"]
+    vals = [g["sibling_strict_format"], g["sibling_tool_exact"], g["base_strict_format"],
+            g["sibling_generic_tag_rate"]]
+    lims = [(0.80, ">="), (0.60, ">="), (0.05, "<="), (0.10, "<=")]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(names, vals, color=["#4477aa" if (v >= t if d == ">=" else v <= t) else "#cc6677"
+                               for v, (t, d) in zip(vals, lims)])
+    for i, (t, _) in enumerate(lims):
+        ax.hlines(t, i - 0.4, i + 0.4, color="k", ls="--", lw=0.8)
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelsize=7)
+    return [save(fig, out_path)]

@@ -33,6 +33,7 @@ from typing import Any
 
 from agentmill.core.inspect_log import FORMATS, inspect_api, packages
 from agentmill.core.inspect_log import write_log as core_write_log
+from agentmill.methods.first_token_probe.rollout_files import jsonl_lines
 from agentmill.methods.first_token_probe.traces import CLOSE, OPEN
 
 TASK = "agentmill/first_token_probe"
@@ -52,18 +53,9 @@ def load_rollouts(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a rollouts JSONL file; raises :class:`ExportInputError` naming the file and line."""
     p = Path(path)
     hint = "export reads the rollouts JSONL that `agentmill probe sample --out` writes"
-    if not p.exists():
-        raise ExportInputError(f"{p}: no such file or directory")
-    if not p.is_file():
-        raise ExportInputError(f"{p}: not a file ({hint})")
     rows = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ExportInputError(f"{p}: line {i} is not JSON ({e.msg}); {hint}") from None
+    for i, row in jsonl_lines(p, ExportInputError, missing="no such file or directory", not_file=f"not a file ({hint})",
+                              hint=hint):
         missing = [k for k in REQUIRED if not isinstance(row, dict) or k not in row]
         if missing:
             raise ExportInputError(f"{p}: line {i} is not a probe rollout (missing {missing}); {hint}")

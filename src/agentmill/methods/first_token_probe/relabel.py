@@ -11,7 +11,6 @@ judge gets). Labels whose vote has one class only are *degenerate*: no probe can
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmill.methods.first_token_probe.judges import Judge, vote
+from agentmill.methods.first_token_probe.rollout_files import jsonl_lines
 from agentmill.methods.first_token_probe.traces import parse_completion
 
 REQUIRED = ("rollout_id", "text")
@@ -35,16 +35,8 @@ def load_rollout_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of a rollouts JSONL file (blank lines skipped); raises :class:`RolloutsInputError` naming the file
     and the 1-based line of the first malformed row."""
     p = Path(path)
-    if not p.is_file():
-        raise RolloutsInputError(f"{p}: no such rollouts file" if not p.exists() else f"{p}: not a file")
     rows = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RolloutsInputError(f"{p}: line {i} is not JSON ({e.msg})") from None
+    for i, row in jsonl_lines(p, RolloutsInputError):
         missing = [k for k in REQUIRED if not isinstance(row, dict) or k not in row]
         if missing:
             raise RolloutsInputError(f"{p}: line {i} is not a rollout (missing {missing}; the rollouts file of "

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.methods.first_token_probe.capture import ActivationSet
+from agentmill.methods.first_token_probe.rollout_files import jsonl_lines
 
 FORMAT = "agentmill.activations/1"
 REQUIRED = ("rollout_id", "template_id", "split", "prompt_ids", "sampled_ids", "text")
@@ -84,16 +85,8 @@ def read_rollout_rows(path: str | os.PathLike[str], *, vocab: int | None = None,
     """The rows of a rollouts JSONL file, each checked for what extraction needs; raises :class:`StoreError`
     naming the file and the 1-based line of the first bad row."""
     p = Path(path)
-    if not p.is_file():
-        raise StoreError(f"{p}: no such rollouts file" if not p.exists() else f"{p}: not a file")
     rows = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise StoreError(f"{p}: line {i} is not JSON ({e.msg})") from None
+    for i, row in jsonl_lines(p, StoreError):
         if not isinstance(row, dict):
             raise StoreError(f"{p}: line {i} is not a JSON object")
         missing = [k for k in REQUIRED if k not in row]
