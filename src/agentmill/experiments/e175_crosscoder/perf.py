@@ -19,6 +19,7 @@ interleaved (A, B, A, B …) so a change in the machine's load hits both arms al
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from dataclasses import dataclass
@@ -256,14 +257,12 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out: dict[str, Estimate] = {
         "pf7_step_s": repeats_estimate(steps, log=True),
         "pf9_read_mb_s": repeats_estimate(rates, log=True),
-        "pf4_hook_overhead": Estimate.exact(0.0),
-        "pf5_route_overhead": Estimate.exact(0.0),
         "pf6_time_ratio": repeats_estimate(cap["ratios"], log=True),
         "pf6_max_abs_diff": Estimate.exact(cap["max_abs_diff"]),
     }
     for key, ratios in (("pf4_hook_overhead", dec["hook_ratios"]), ("pf5_route_overhead", dec["route_ratios"])):
         r = repeats_estimate(ratios, log=True)
-        out[key] = Estimate(r.value - 1, r.lo - 1, r.hi - 1, r.n)
+        out[key] = dataclasses.replace(r, value=r.value - 1, lo=r.lo - 1, hi=r.hi - 1)  # keeps n, level, method
     broken = []
     if not dec["hook_tokens_identical"]:
         broken.append("PF-4: the inactive hook changed the greedy tokens")
