@@ -125,8 +125,10 @@ class SiblingConfig:
     """Examples longer than this (prompt + target, tokens) are dropped and counted. 192, not 160: the chat
     template's default system prompt and a four-tool list with descriptions reach 145 prompt tokens + a 30-token
     call (method README, deviation 11)."""
-    snapshot_steps: tuple[int, ...] = (15, 30, 60, 120)
-    """Adapter snapshots kept for the weak checkpoint."""
+    snapshot_steps: tuple[int, ...] = (2, 4, 6, 8, 10, 12, 15, 30, 60, 120)
+    """Adapter snapshots kept for the weak checkpoint. Steps 2–12 were added (recipe v2, fixed before training)
+    because v1's earliest snapshot, step 15, already had dev strict_format .95 — no checkpoint in the weak band
+    (method README, deviation 20); snapshots do not change the trained weights."""
     n_tool: int = 1200
     n_decoy: int = 100
     n_generic: int = 400
