@@ -16,8 +16,9 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan,
+from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, PairSetup, paired, plan,
                                                               score, top_latents)
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -28,9 +29,9 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE, n_rank=8),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
-SUB = f"substrate: {SUBSTRATE}, final sibling, DFC"
+SUB = f"substrate: {CLAIM_SUBSTRATE}, final sibling, DFC"
 CLAIMS = (
     Claim("CX-10-top", "Ablating the top A-exclusive latent at all positions drops strict format by ≥ 30 pp.",
           f"[I]; {SUB}", "— (E175 infers it from λ_excl)", "cx10_delta_top", "<=", -0.30, ci_bound=0.0),
@@ -44,9 +45,9 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     if setup.plan_only:
         return plan(ctx, "CX-10 (ablation)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     a = b.pair.sibling
     cc, table, fire = top_latents(b, "final", setup.n_rank)
@@ -87,7 +88,8 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (final sibling) vs ToolRL-Qwen2.5-3B; one compact harness; SmolLM2 arm: gates only (smollm2_arm)",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (final), block 15 vs ToolRL-Qwen2.5-3B; chat harness; "
+                "tiny_tool_pair if the sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

@@ -15,8 +15,9 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan,
+from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, PairSetup, paired, plan,
                                                               run_routing)
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -26,7 +27,7 @@ class Setup(PairSetup):
     pass
 
 
-SETUPS = {"smoke": Setup(**SMOKE), "quick": Setup(plan_only=True), "full": Setup()}
+SETUPS = {"smoke": Setup(**SMOKE), "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
 ARMS = {"free": "E175p05_free", "penalised": "E175p05"}
 """λ_excl = 0 and λ_excl = 10⁻³ (pairbench arch names)."""
@@ -34,7 +35,7 @@ ARMS = {"free": "E175p05_free", "penalised": "E175p05"}
 CLAIMS = (
     Claim("CX-11", "Routing the weak sibling through a crosscoder trained without the exclusive-block penalty "
           "(λ_excl = 0) gives ≥ 5 pp more lax tool correctness than through one trained with λ_excl = 10⁻³.",
-          f"[P] E175 λ_excl ablation; substrate: {SUBSTRATE}, weak checkpoint, E175 recipe p = 0.05",
+          f"[P] E175 λ_excl ablation; substrate: {CLAIM_SUBSTRATE}, weak checkpoint, E175 recipe p = 0.05",
           "routed correctness 34.8 % (λ_excl = 0) vs 25.8 % (penalised)", "cx11_free_minus_penalised_lax_tool",
           ">=", 0.05, ci_bound=0.0),
 )
@@ -43,11 +44,15 @@ CLAIMS = (
 def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
     if setup.plan_only:
         return plan(ctx, "CX-11 (λ_excl penalty)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
-    runs = {arm: run_routing(b, arch) for arm, arch in ARMS.items()}
+    harness = b.harnesses[0]  # CX-5's primary harness (raw on SmolLM2)
+    ctx.data["harness"] = harness
+    runs: dict[str, Any] = {}
+    for arm, arch in ARMS.items():
+        runs[arm] = run_routing(b, arch, harness=harness, clean=runs["free"]["clean"] if runs else None)
     ctx.data["table"] = {arm: {k: {"clean": float(r["clean"][k].mean()), "recon": float(r["recon"][k].mean())}
                                for k in ("lax_tool", "strict_format", "tool_exact")} for arm, r in runs.items()}
     out = {"cx11_free_minus_penalised_lax_tool": paired(runs["free"]["recon"]["lax_tool"],
@@ -81,8 +86,9 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; E175 recipe at 256 latents and the pair's "
-               "crosscoder steps; one compact harness",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (weak checkpoint), E175 recipe at 1,024 latents and 1,500 "
+                "steps vs ToolRL-Qwen2.5-3B; raw harness (as CX-5); tiny_tool_pair if the sibling fails "
+                "its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

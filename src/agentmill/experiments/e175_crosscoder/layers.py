@@ -18,7 +18,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.smolbench import SMOL, make_bench
 from agentmill.experiments.e175_crosscoder.steergrid import pick, ranked_latents, run_grid
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext, unjudged
@@ -40,7 +41,7 @@ CLAIMS = (
 )
 
 SETUPS = {"smoke": Setup(**SMOKE, n_select=6, n_rank=8, layers=(1, 2)),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL, layers=(11, 15, 22))}
 
 
 def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
@@ -50,9 +51,9 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
     out: dict[str, Estimate] = {}
     per_layer: dict[str, Any] = {}
     for L in setup.layers:
-        b = Bench(dataclasses.replace(setup, layer=L), ctx)
+        b = make_bench(dataclasses.replace(setup, layer=L), ctx)
         if not b.usable:
-            ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+            ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
             return {}
         a = b.weak()
         prompts = b.test["tool"][:setup.n_select]
@@ -98,7 +99,8 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (weak checkpoint); blocks 1–3 of 4 vs SmolLM2's 11/15/22 of 30; DFC only; exploratory",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (weak checkpoint), blocks 11/15/22 of 30; DFC only; chat "
+                "harness; exploratory; tiny_tool_pair (blocks 1–3 of 4) if the sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

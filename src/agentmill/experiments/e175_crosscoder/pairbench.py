@@ -1,12 +1,12 @@
-"""What the tool-pair experiments (CX-4 … CX-12) share: the tiny tool pair with its gates, the weak checkpoint,
-the crosscoders trained on it, and paired scoring. Not an experiment (no ``EXPERIMENT``).
+"""What the tool-pair experiments (CX-4 … CX-13) share on the tiny tool pair: the pair with its gates, the weak
+checkpoint, the crosscoders trained on it, paired scoring, and the crosscoder recipes both substrates use. Not an
+experiment (no ``EXPERIMENT``). The SmolLM2 arm (the default at full) is :mod:`.smolbench`, with this interface.
 
-Substrate: ``tiny_tool_pair`` — two byte-level TinyLMs (4 blocks × 64), the planted fallback instrument, because the
-SmolLM2-135M LoRA tool sibling is not trained in this version. Every record names it and carries its gate values.
-Crosscoders: layer 2 (block output), all prompt rows of the training prompts (position 0 excluded), D = 256, k = 16:
-CC (BatchTopK), DFC (BatchTopK + Partition(0.05, 0.05)) and E175 (``CrossCoderConfig.e175(p=0.10, k=16, D=256)``),
-on (weak checkpoint, base) and a DFC on (final sibling, base). Artefacts are content-addressed under
-``cache_root()/crosscoder``.
+Substrate here: ``tiny_tool_pair`` — two byte-level TinyLMs (4 blocks × 64), the planted fallback instrument used
+when the SmolLM2 sibling fails its gates, and by the smoke profile. Crosscoders: layer 2 (block output), all prompt
+rows of the training prompts (position 0 excluded), D = 256, k = 16: CC (BatchTopK), DFC (BatchTopK +
+Partition(0.05, 0.05)) and E175 (``CrossCoderConfig.e175(p=0.10, k=16, D=256)``), on (weak checkpoint, base) and a
+DFC on (final sibling, base). Artefacts are content-addressed under ``cache_root()/crosscoder``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def smollm2_note() -> str:
     if not g["passed"]:
         return (f"precondition not met on SmolLM2: {gates_text(g)}; claims are judged on the tiny_tool_pair "
                 "fallback instead")
-    return (f"SmolLM2 arm not run in this version: {gates_text(g)}; this record is the tiny_tool_pair fallback's")
+    return (f"SmolLM2 sibling passed its gates ({gates_text(g)}); this record is the tiny_tool_pair's (setup "
+            "substrate=tiny)")
+
+
 SUBSTRATE = "tiny_tool_pair (byte TinyLM 4×64; planted fallback)"
 
 
@@ -65,6 +68,9 @@ class PairSetup:
     ignore_gates: bool = False
     """Smoke only: run the measurement even when the gates fail (smoke is never judged)."""
     seed: int = 0
+    substrate: str = "tiny"
+    """``tiny`` (this module's :class:`Bench`) or ``smollm2`` (:mod:`.smolbench`, which falls back to the tiny pair
+    when the SmolLM2 sibling fails its gates)."""
 
 
 SMOKE = dict(base_steps=10, sibling_steps=10, pair_batch=8, n_train_tool=40, n_train_decoy=8, n_train_generic=16,
@@ -88,6 +94,10 @@ def root() -> Path:
 
 class Bench:
     """The pair, its gates, weak checkpoint and crosscoders for one setup (built lazily, cached on disk)."""
+
+    name = "tiny tool pair"
+    harnesses = ("chat",)
+    """The tiny pair has one compact rendering, named ``chat`` here so experiments read both benches alike."""
 
     def __init__(self, setup: PairSetup, ctx: Any) -> None:
         from agentmill.core.records import write_json_atomic
@@ -120,9 +130,10 @@ class Bench:
     def usable(self) -> bool:
         return self.gates.passed or self.s.ignore_gates
 
-    def generate(self, lm: Any, prompts: Any, intervention: Any = None) -> list[str]:
+    def generate(self, lm: Any, prompts: Any, intervention: Any = None, *, harness: str = "chat") -> list[str]:
         from agentmill.methods.crosscoder.toolpair import greedy
 
+        _one_harness(harness)
         return greedy(lm, prompts, max_new=self.s.max_new, intervention=intervention, batch=256)
 
     def weak(self) -> Any:
@@ -161,24 +172,11 @@ class Bench:
         key = f"{arch}-{which}"
         if key in self._cc:
             return self._cc[key]
-        from agentmill.methods.crosscoder import CrossCoder, CrossCoderConfig, Partition, train_crosscoder
+        from agentmill.methods.crosscoder import CrossCoder, train_crosscoder
         from agentmill.methods.crosscoder.toolpair import collect_pair_rows, train_prompts
 
         s = self.s
-        if arch == "CC":
-            cfg = CrossCoderConfig(dict_size=s.dict_size, k=s.k, steps=s.cc_steps, warmup=min(100, s.cc_steps // 10),
-                                   dead_window=20_000, seed=s.seed)
-        elif arch == "DFC":
-            cfg = CrossCoderConfig(dict_size=s.dict_size, k=s.k, steps=s.cc_steps, partition=Partition(0.05, 0.05),
-                                   warmup=min(100, s.cc_steps // 10), dead_window=20_000, seed=s.seed)
-        elif arch in ("E175", "E175_free"):
-            cfg = CrossCoderConfig.e175(p=0.10, k=s.k, dict_size=s.dict_size,
-                                        lambda_excl=0.0 if arch == "E175_free" else 1e-3).scaled(steps=s.cc_steps)
-        elif arch in ("E175p05", "E175p05_free"):  # CX-11's pair: partition (0.05, 0.05), λ_excl 1e-3 vs 0
-            cfg = CrossCoderConfig.e175(p=0.05, k=s.k, dict_size=s.dict_size,
-                                        lambda_excl=0.0 if arch.endswith("_free") else 1e-3).scaled(steps=s.cc_steps)
-        else:
-            raise ValueError(f"unknown crosscoder arch {arch!r}")
+        cfg = crosscoder_config(s, arch)
         a = self.sibling(which)
         step = self.ctx.data.get("weak_checkpoint", {}).get("step") if which == "weak" else "final"
         addr = hashlib.sha256(json.dumps({"pair": self.pair.card["address"], "which": str(step), "layer": s.layer,
@@ -200,10 +198,35 @@ class Bench:
     def means(self, cc: Any) -> np.ndarray:
         return np.asarray(cc.identity["means"], np.float32)
 
-    def last_rows(self, a: Any, prompts: Any) -> dict[str, np.ndarray]:
+    def last_rows(self, a: Any, prompts: Any, *, harness: str = "chat") -> dict[str, np.ndarray]:
         from agentmill.methods.crosscoder.toolpair import collect_pair_rows
 
+        _one_harness(harness)
         return collect_pair_rows(a, self.pair.base, prompts, self.s.layer, last_only=True)
+
+
+def _one_harness(harness: str) -> None:
+    if harness != "chat":
+        raise ValueError(f"the tiny tool pair has one rendering ('chat'), not {harness!r}")
+
+
+def crosscoder_config(s: PairSetup, arch: str) -> Any:
+    """The crosscoder recipe ``arch`` ∈ {CC, DFC, E175, E175_free, E175p05, E175p05_free} at the setup's sizes."""
+    from agentmill.methods.crosscoder import CrossCoderConfig, Partition
+
+    if arch == "CC":
+        return CrossCoderConfig(dict_size=s.dict_size, k=s.k, steps=s.cc_steps, warmup=min(100, s.cc_steps // 10),
+                                 dead_window=20_000, seed=s.seed)
+    if arch == "DFC":
+        return CrossCoderConfig(dict_size=s.dict_size, k=s.k, steps=s.cc_steps, partition=Partition(0.05, 0.05),
+                                 warmup=min(100, s.cc_steps // 10), dead_window=20_000, seed=s.seed)
+    if arch in ("E175", "E175_free"):
+        return CrossCoderConfig.e175(p=0.10, k=s.k, dict_size=s.dict_size,
+                                      lambda_excl=0.0 if arch == "E175_free" else 1e-3).scaled(steps=s.cc_steps)
+    if arch in ("E175p05", "E175p05_free"):  # CX-11's pair: partition (0.05, 0.05), λ_excl 1e-3 vs 0
+        return CrossCoderConfig.e175(p=0.05, k=s.k, dict_size=s.dict_size,
+                                      lambda_excl=0.0 if arch.endswith("_free") else 1e-3).scaled(steps=s.cc_steps)
+    raise ValueError(f"unknown crosscoder arch {arch!r}")
 
 
 def score(outs: list[str], prompts: Any) -> dict[str, np.ndarray]:
@@ -224,26 +247,31 @@ def paired(a: np.ndarray, b: np.ndarray, n_boot: int = 10_000, seed: int = 0, le
     return paired_diff(a, b, n_boot=n_boot, seed=seed, level=level)
 
 
-def run_routing(b: Bench, arch: str) -> dict[str, Any]:
+def run_routing(b: Any, arch: str, *, harness: str = "chat", clean: dict[str, np.ndarray] | None = None
+                ) -> dict[str, Any]:
     """CX-5's routing run (CX-11 reuses it): the weak sibling clean and routed through ``arch`` at the last prompt
-    token, joint encoding (B's activation on the same tokens); per-prompt scores of both."""
+    token, joint encoding (B's activation on the same tokens); per-prompt scores of both (``clean`` given: reused)."""
     from agentmill.methods.crosscoder.interventions import Joint, route
 
     a = b.weak()
     cc = b.crosscoder(arch, "weak")
     prompts = b.test["tool"]
-    rows = b.last_rows(a, prompts)
+    rows = b.last_rows(a, prompts, harness=harness)
     joint = Joint({(i, int(rows["pos"][i])): rows["x"][i, 1] for i in range(len(prompts))})
-    clean = score(b.generate(a, prompts), prompts)
+    if clean is None:
+        clean = score(b.generate(a, prompts, harness=harness), prompts)
     recon = score(b.generate(a, prompts, lambda P: route(a, cc, layer=b.s.layer, view=0, positions="last_prompt",
-                                                          encode_from=joint, prompt_len=P)), prompts)
+                                                          encode_from=joint, prompt_len=P), harness=harness), prompts)
     return {"clean": clean, "recon": recon}
 
 
 def plan(ctx: Any, what: str) -> dict[str, Any]:
-    ctx.data["plan_only"] = (f"quick runs no tool-pair work: {what} is judged at full on {SUBSTRATE} (built, gated "
-                             f"and cached under cache_root()/crosscoder); {smollm2_note()}")
-    ctx.data["substrate"] = SUBSTRATE
+    from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE
+
+    ctx.data["plan_only"] = (f"quick runs no tool-pair work: {what} is judged at full on the SmolLM2 tool sibling "
+                             f"(trained, gated and cached under cache_root()); the tiny_tool_pair fallback if the "
+                             f"sibling fails its gates")
+    ctx.data["substrate"] = CLAIM_SUBSTRATE
     return {}
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan,
+from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, PairSetup, paired, plan,
                                                               run_routing)
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -28,11 +29,12 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
 CLAIMS = tuple(
     Claim(f"CX-5-{arch}", f"Routing the weak sibling's last-prompt activation through the {arch} crosscoder raises "
-          f"lax tool correctness by ≥ 10 pp.", f"[P] E175 routing; substrate: {SUBSTRATE}, weak checkpoint, {arch}",
+          f"lax tool correctness by ≥ 10 pp.",
+          f"[P] E175 routing; substrate: {CLAIM_SUBSTRATE}, weak checkpoint, {arch}; raw harness",
           "19 % → 50.1 % (+31.1 ± 9.8 pp, 45/47 runs)", f"cx5_delta_lax_tool_{arch.lower()}", ">=", 0.10,
           ci_bound=0.0)
     for arch in ("DFC", "E175"))
@@ -41,20 +43,26 @@ CLAIMS = tuple(
 def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
     if setup.plan_only:
         return plan(ctx, "CX-5 (routing)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     out: dict[str, Estimate] = {}
-    table = {}
-    for arch in ("DFC", "E175"):
-        r = run_routing(b, arch)
-        for field in ("lax_tool", "strict_format", "tool_exact"):
-            key = f"cx5_delta_{field}_{arch.lower()}"
-            out[key] = paired(r["recon"][field], r["clean"][field])
-        table[arch] = {k: {"clean": float(r["clean"][k].mean()), "recon": float(r["recon"][k].mean())}
-                       for k in ("lax_tool", "strict_format", "tool_exact", "lax_format")}
-    ctx.data["table"] = table
+    table: dict[str, Any] = {}
+    for h_i, harness in enumerate(b.harnesses):  # the first harness is primary (raw on SmolLM2); others reported
+        prefix = "cx5" if h_i == 0 else f"cx5_{harness}"
+        clean = None
+        for arch in ("DFC", "E175"):
+            r = run_routing(b, arch, harness=harness, clean=clean)
+            clean = r["clean"]
+            for field in ("lax_tool", "strict_format", "tool_exact"):
+                out[f"{prefix}_delta_{field}_{arch.lower()}"] = paired(r["recon"][field], r["clean"][field])
+            table.setdefault(harness, {})[arch] = {
+                k: {"clean": float(r["clean"][k].mean()), "recon": float(r["recon"][k].mean())}
+                for k in ("lax_tool", "strict_format", "tool_exact", "lax_format")}
+            ctx.progress("routing runs", len(out) // 3, 2 * len(b.harnesses))
+    ctx.data["primary_harness"] = b.harnesses[0]
+    ctx.data["table"] = table if len(b.harnesses) > 1 else table[b.harnesses[0]]
     ctx.data["gate_note"] = b.gates.text()
     return out
 
@@ -63,14 +71,17 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     if "table" not in data:
         return []
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3))
-    archs = list(data["table"])
-    for i, arch in enumerate(archs):
-        t = data["table"][arch]
-        ax.bar([i * 3, i * 3 + 1], [t["lax_tool"]["clean"], t["lax_tool"]["recon"]], color=["#999999", "#4477aa"])
-    ax.set_xticks([i * 3 + 0.5 for i in range(len(archs))], [f"{a}: clean | recon" for a in archs])
-    ax.set_ylabel("lax tool correctness")
-    ax.set_title("CX-5: routing the weak sibling (tiny pair)")
+    tables = data["table"] if "DFC" not in data["table"] else {"chat": data["table"]}
+    fig, axes = plt.subplots(1, len(tables), figsize=(4.5 * len(tables), 3), squeeze=False)
+    for ax, (harness, tab) in zip(axes[0], tables.items()):
+        archs = list(tab)
+        for i, arch in enumerate(archs):
+            t = tab[arch]
+            ax.bar([i * 3, i * 3 + 1], [t["lax_tool"]["clean"], t["lax_tool"]["recon"]],
+                   color=["#999999", "#4477aa"])
+        ax.set_xticks([i * 3 + 0.5 for i in range(len(archs))], [f"{a}: clean | recon" for a in archs])
+        ax.set_ylabel("lax tool correctness")
+        ax.set_title(f"CX-5: routing the weak sibling ({harness})", fontsize=9)
     return [save(fig, out_dir / "cx5_routing.png")]
 
 
@@ -81,8 +92,9 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; 256 latents vs 8–16k; one compact harness; "
-               "SmolLM2 arm: gates only (smollm2_arm)",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (weak checkpoint), block 15, 1,024 latents vs "
+                "ToolRL-Qwen2.5-3B and 8–16k; raw (primary) and chat harnesses; tiny_tool_pair if the sibling "
+                "fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

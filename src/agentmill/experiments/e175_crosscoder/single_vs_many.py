@@ -18,7 +18,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.e175_crosscoder.steergrid import pick, ranked_latents, run_grid
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
@@ -35,12 +36,12 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE, n_select=6, n_rank=8, cc_sizes=(1, 4)),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
 CLAIMS = (
     Claim("CX-7", "The best DFC steering cell (|S| ≤ 4 A-exclusive latents) is equivalent, within ±10 pp of strict "
           "format, to the best plain-crosscoder cell (|S| ≤ 64): TOST, 90 % CI of the difference inside ±0.10.",
-          f"[P] E175 single feature vs plain crosscoder; substrate: {SUBSTRATE}, weak checkpoint, DFC vs CC",
+          f"[P] E175 single feature vs plain crosscoder; substrate: {CLAIM_SUBSTRATE}, weak checkpoint, DFC vs CC",
           "one DFC latent vs many CC latents for the same effect", "cx7_dfc_minus_cc_gain", "in", -0.10,
           upper=0.10),
 )
@@ -49,9 +50,9 @@ CLAIMS = (
 def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
     if setup.plan_only:
         return plan(ctx, "CX-7 (single DFC feature vs many CC features)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     a = b.weak()
     prompts = b.test["tool"][:setup.n_select]
@@ -110,8 +111,9 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; 256 latents; 6 cells per |S|, 100 prompts "
-               "per cell; one compact harness",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (weak checkpoint), block 15, 1,024 latents vs "
+                "ToolRL-Qwen2.5-3B; 6 cells per |S|, 100 prompts per cell; chat harness; tiny_tool_pair if the "
+                "sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

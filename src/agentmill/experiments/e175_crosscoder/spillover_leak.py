@@ -17,7 +17,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, clopper_pearson
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext, withhold
 
@@ -28,15 +29,16 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
 ARCHS = ("CC", "DFC")
 CLAIMS = tuple(c for arch in ARCHS for c in (
     Claim(f"CX-9-{arch}-leak", f"With the {arch} crosscoder, base spillover vanishes without A's view: Δ_self_only − "
-          f"⅓·Δ_joint ≤ 0 (whole CI).", f"[P] spillover, [D] leak; substrate: {SUBSTRATE}, weak checkpoint, {arch}",
+          f"⅓·Δ_joint ≤ 0 (whole CI).",
+          f"[P] spillover, [D] leak; substrate: {CLAIM_SUBSTRATE}, weak checkpoint, {arch}",
           "B 0 % → 6.7 % (+6.7 ± 4.8 pp)", f"cx9_selfonly_minus_third_joint_{arch.lower()}", "<=", 0.0),
     Claim(f"CX-9-{arch}-format", f"With the {arch} crosscoder the routed base still almost never writes a strict "
-          f"tool call (≤ 2 %).", f"[P] B format accuracy 0 in every run; substrate: {SUBSTRATE}, {arch}",
+          f"tool call (≤ 2 %).", f"[P] B format accuracy 0 in every run; substrate: {CLAIM_SUBSTRATE}, {arch}",
           "0 in every run", f"cx9_b_strict_format_joint_{arch.lower()}", "<=", 0.02)))
 
 
@@ -45,43 +47,53 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     if setup.plan_only:
         return plan(ctx, "CX-9 (spillover controls)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     a, base = b.weak(), b.pair.base
     prompts = b.test["tool"]
-    rows = b.last_rows(a, prompts)
-    clean = score(b.generate(base, prompts), prompts)
     out: dict[str, Estimate] = {}
-    table: dict[str, Any] = {"clean_lax_tool": float(clean["lax_tool"].mean())}
-    for arch in ARCHS:
-        cc = b.crosscoder(arch, "weak")
-        encs = {"joint": Joint({(i, int(rows["pos"][i])): rows["x"][i, 0] for i in range(len(prompts))}),
-                "self_only": SelfOnly("mean", b.means(cc)),
-                "shuffled": Shuffled(rows["x"][:, 0], seed=setup.seed)}
-        res = {}
-        for name, enc in encs.items():
-            res[name] = score(b.generate(base, prompts, lambda P, e=enc: route(
-                base, cc, layer=setup.layer, view=1, positions="last_prompt", encode_from=e, prompt_len=P)), prompts)
-        lo = arch.lower()
-        d_joint = paired(res["joint"]["lax_tool"], clean["lax_tool"])
-        out[f"cx9_delta_joint_{lo}"] = d_joint
-        out[f"cx9_delta_self_only_{lo}"] = paired(res["self_only"]["lax_tool"], clean["lax_tool"])
-        out[f"cx9_delta_shuffled_{lo}"] = paired(res["shuffled"]["lax_tool"], clean["lax_tool"])
-        n = len(prompts)
-        out[f"cx9_b_strict_format_joint_{lo}"] = clopper_pearson(int(res["joint"]["strict_format"].sum()), n)
-        diff = (res["self_only"]["lax_tool"] - clean["lax_tool"]) - (res["joint"]["lax_tool"] - clean["lax_tool"]) / 3
-        metric = f"cx9_selfonly_minus_third_joint_{lo}"
-        if d_joint.lo > 0:
-            out[metric] = paired(diff, np.zeros_like(diff))
-        else:
-            withhold(ctx.data, [metric], f"{PRECONDITION_NOT_MET}: Δ_joint's CI [{d_joint.lo:.3f}, "
-                     f"{d_joint.hi:.3f}] includes 0 ({arch}): no spillover to explain")
-            withhold(ctx.data, [f"cx9_b_strict_format_joint_{lo}"], f"{PRECONDITION_NOT_MET}: no spillover ({arch})")
-            out[f"cx9_b_strict_format_joint_{lo}_observed"] = out.pop(f"cx9_b_strict_format_joint_{lo}")
-        table[arch] = {k: float(v["lax_tool"].mean()) for k, v in res.items()}
-    ctx.data["table"] = table
+    tables: dict[str, Any] = {}
+    for h_i, harness in enumerate(b.harnesses):  # the first is judged (raw on SmolLM2); the others are reported
+        tag = "" if h_i == 0 else f"{harness}_"
+        rows = b.last_rows(a, prompts, harness=harness)
+        clean = score(b.generate(base, prompts, harness=harness), prompts)
+        table: dict[str, Any] = {"clean_lax_tool": float(clean["lax_tool"].mean())}
+        for arch in ARCHS:
+            cc = b.crosscoder(arch, "weak")
+            encs = {"joint": Joint({(i, int(rows["pos"][i])): rows["x"][i, 0] for i in range(len(prompts))}),
+                    "self_only": SelfOnly("mean", b.means(cc)),
+                    "shuffled": Shuffled(rows["x"][:, 0], seed=setup.seed)}
+            res = {}
+            for name, enc in encs.items():
+                res[name] = score(b.generate(base, prompts, lambda P, e=enc: route(
+                    base, cc, layer=b.s.layer, view=1, positions="last_prompt", encode_from=e, prompt_len=P),
+                    harness=harness), prompts)
+                ctx.progress(f"spillover ({harness})", len(table), 1 + 3 * len(ARCHS))
+            lo = f"{tag}{arch.lower()}"
+            d_joint = paired(res["joint"]["lax_tool"], clean["lax_tool"])
+            out[f"cx9_delta_joint_{lo}"] = d_joint
+            out[f"cx9_delta_self_only_{lo}"] = paired(res["self_only"]["lax_tool"], clean["lax_tool"])
+            out[f"cx9_delta_shuffled_{lo}"] = paired(res["shuffled"]["lax_tool"], clean["lax_tool"])
+            n = len(prompts)
+            out[f"cx9_b_strict_format_joint_{lo}"] = clopper_pearson(int(res["joint"]["strict_format"].sum()), n)
+            diff = (res["self_only"]["lax_tool"] - clean["lax_tool"]) - (res["joint"]["lax_tool"]
+                                                                          - clean["lax_tool"]) / 3
+            metric = f"cx9_selfonly_minus_third_joint_{lo}"
+            if d_joint.lo > 0:
+                out[metric] = paired(diff, np.zeros_like(diff))
+            elif h_i == 0:
+                withhold(ctx.data, [metric], f"{PRECONDITION_NOT_MET}: Δ_joint's CI [{d_joint.lo:.3f}, "
+                         f"{d_joint.hi:.3f}] includes 0 ({arch}): no spillover to explain")
+                withhold(ctx.data, [f"cx9_b_strict_format_joint_{lo}"],
+                         f"{PRECONDITION_NOT_MET}: no spillover ({arch})")
+                out[f"cx9_b_strict_format_joint_{lo}_observed"] = out.pop(f"cx9_b_strict_format_joint_{lo}")
+            table[arch] = {k: float(v["lax_tool"].mean()) for k, v in res.items()}
+        tables[harness] = table
+    ctx.data["primary_harness"] = b.harnesses[0]
+    ctx.data["table"] = tables[b.harnesses[0]]
+    ctx.data["tables"] = tables
     return out
 
 
@@ -109,7 +121,8 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} base vs Qwen2.5-3B base; one compact harness; SmolLM2 arm: gates only (smollm2_arm)",
+    scale_note=("SmolLM2-135M base vs Qwen2.5-3B base, crosscoders on (weak sibling, base) at block 15; chat and "
+                "raw harnesses; tiny_tool_pair if the sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

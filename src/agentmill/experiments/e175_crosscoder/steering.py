@@ -21,7 +21,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, holm, mcnemar_exact
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, paired, plan, score
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -35,9 +36,9 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE, n_select=6, n_rank=8),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
-SUB = f"substrate: {SUBSTRATE}, weak checkpoint, DFC"
+SUB = f"substrate: {CLAIM_SUBSTRATE}, weak checkpoint, DFC"
 CLAIMS = (
     Claim("CX-6-select", "The best steering cell (|S| ≤ 4 A-exclusive latents) lifts strict format by ≥ 20 pp "
           "(Holm-level CI > 0).", f"[P] E175 single-feature steering; {SUB}",
@@ -58,9 +59,9 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     if setup.plan_only:
         return plan(ctx, "CX-6 / CX-8 (steering)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     a = b.weak()
     cc = b.crosscoder("DFC", "weak")
@@ -165,8 +166,9 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (weak checkpoint) vs ToolRL-Qwen2.5-3B; 12-cell grid vs 48; 100 prompts per cell; "
-               "one compact harness; SmolLM2 arm: gates only (smollm2_arm)",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (weak checkpoint), block 15, 1,024 latents vs "
+                "ToolRL-Qwen2.5-3B; 12-cell grid vs 48; 100 prompts per cell; chat harness; tiny_tool_pair if "
+                "the sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

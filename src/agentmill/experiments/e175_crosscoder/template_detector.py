@@ -18,7 +18,8 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, clopper_pearson
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, SUBSTRATE, Bench, PairSetup, plan, top_latents
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, plan, top_latents
+from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
 
@@ -29,9 +30,9 @@ class Setup(PairSetup):
 
 
 SETUPS = {"smoke": Setup(**SMOKE, n_rank=8),
-          "quick": Setup(plan_only=True), "full": Setup()}
+          "quick": Setup(plan_only=True), "full": Setup(**SMOL)}
 
-SUB = f"substrate: {SUBSTRATE}, final sibling, DFC top-1 A-exclusive latent"
+SUB = f"substrate: {CLAIM_SUBSTRATE}, final sibling, DFC top-1 A-exclusive latent"
 CLAIMS = (
     Claim("CX-12-tool", "The top latent fires on ≥ 90 % of tool prompts.", f"[P] fires on 99.9 % of tool prompts; "
           f"{SUB}", "99.9 %", "cx12_fire_tool", ">=", 0.9),
@@ -49,9 +50,9 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
 
     if setup.plan_only:
         return plan(ctx, "CX-12 (template detector)")
-    b = Bench(setup, ctx)
+    b = make_bench(setup, ctx)
     if not b.usable:
-        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: tiny tool pair failed its gates ({b.gates.text()})"
+        ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     cc, table, _ = top_latents(b, "final", setup.n_rank)
     top = int(table.index[0])
@@ -89,8 +90,8 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     setups=SETUPS,
     measure=measure,
-    scale_note=f"{SUBSTRATE} (final sibling) vs ToolRL-Qwen2.5-3B; synthetic decoy/bare categories; SmolLM2 "
-               "arm: gates only (smollm2_arm)",
+    scale_note=("SmolLM2-135M vs its SFT tool sibling (final), block 15 vs ToolRL-Qwen2.5-3B; synthetic "
+                "decoy/bare categories; tiny_tool_pair if the sibling fails its gates"),
     plots=plots,
     parallel_safe=True,
     quick_budget_s=10,

@@ -85,6 +85,11 @@ def prompt_ids(tokenizer: Any, p: ToolPrompt) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def raw_prompt_ids(tokenizer: Any, p: ToolPrompt) -> list[int]:
+    """The raw harness (E175's: no chat template): the user text and a newline as plain text."""
+    return list(tokenizer(user_text(p) + "\n", add_special_tokens=False)["input_ids"])
+
+
 # ---------------------------------------------------------------------------------------------------- recipe
 @dataclass(frozen=True)
 class BlockLoraCfg(finetune.LoraCfg):

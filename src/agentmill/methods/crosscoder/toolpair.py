@@ -238,40 +238,57 @@ def greedy_ids(lm: Any, id_lists: Sequence[Sequence[int]], *, max_new: int = 96,
     return texts
 
 
-def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int, *, batch: int = 64,
-                      last_only: bool = False) -> dict[str, np.ndarray]:
-    """Paired block-``layer`` outputs of A and B on identical token ids: ``x`` (n, 2, d) raw, ``doc``, ``pos``,
-    ``last`` (is the last prompt token), ``label`` (category index). Position 0 (BOS) is excluded."""
+def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int | Sequence[int], *,
+                      batch: int = 64, last_only: bool = False,
+                      encode: Callable[[Any, ToolPrompt], list[int]] = encode_prompt) -> dict[str, Any]:
+    """Paired block-``layer`` outputs of A and B on identical token ids (``encode(lm, prompt)``; default: the tiny
+    byte rendering): ``x`` (n, 2, d) raw, ``doc``, ``pos``, ``last`` (is the last prompt token), ``label``
+    (category index). Position 0 (BOS / the first template token) is excluded. With several layers, ``x`` is a
+    dict layer → (n, 2, d) from one forward per model and batch."""
     torch = _torch()
-    from agentmill.lm.tiny import PAD
 
     from agentmill.methods.crosscoder.organism import CATEGORIES
 
+    layers = [layer] if isinstance(layer, int) else [int(x) for x in layer]
     if a.tokenizer_fingerprint() != b.tokenizer_fingerprint():
         raise ValueError("collect_pair_rows: the two models tokenize differently")
-    xs, docs, poss, lasts, labels = [], [], [], [], []
-    with _one_thread():
+    pad = a.pad_id if a.pad_id is not None else 0
+    xs: dict[int, list[np.ndarray]] = {L: [] for L in layers}
+    docs, poss, lasts, labels = [], [], [], []
+    with _one_thread(), torch.no_grad():
         for s in range(0, len(prompts), batch):
-            chunk = [encode_prompt(a, p) for p in prompts[s:s + batch]]
-            if any(encode_prompt(b, p) != c for p, c in zip(prompts[s:s + batch], chunk)):
+            chunk = [encode(a, p) for p in prompts[s:s + batch]]
+            if any(encode(b, p) != c for p, c in zip(prompts[s:s + batch], chunk)):
                 raise ValueError("collect_pair_rows: token ids differ between the models")
             B, W = len(chunk), max(len(c) for c in chunk)
-            ids = torch.full((B, W), PAD, dtype=torch.long)
+            ids = torch.full((B, W), pad, dtype=torch.long)
             mask = torch.zeros((B, W), dtype=torch.long)
             for r, c in enumerate(chunk):
                 ids[r, W - len(c):] = torch.tensor(c)
                 mask[r, W - len(c):] = 1
             pos = (mask.cumsum(1) - 1).clamp(min=0)
-            ha = a.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states[layer + 1]
-            hb = b.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states[layer + 1]
+            hsa = a.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states
+            hsb = b.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states
             for r, c in enumerate(chunk):
                 P = len(c)
                 start = W - P + (0 if last_only else 1)
                 cols = np.arange(W - 1, W) if last_only else np.arange(start, W)
-                xs.append(np.stack([ha[r, cols].numpy(), hb[r, cols].numpy()], 1))
+                for L in layers:
+                    xs[L].append(np.stack([hsa[L + 1][r, cols].float().numpy(),
+                                           hsb[L + 1][r, cols].float().numpy()], 1))
                 docs.append(np.full(len(cols), s + r))
                 poss.append(cols - (W - P))
                 lasts.append(cols == W - 1)
                 labels.append(np.full(len(cols), CATEGORIES.index(prompts[s + r].category)))
-    return {"x": np.concatenate(xs).astype(np.float32), "doc": np.concatenate(docs), "pos": np.concatenate(poss),
-            "last": np.concatenate(lasts), "label": np.concatenate(labels)}
+    meta = {"doc": np.concatenate(docs), "pos": np.concatenate(poss), "last": np.concatenate(lasts),
+            "label": np.concatenate(labels)}
+    out = {L: np.concatenate(v).astype(np.float32) for L, v in xs.items()}
+    return meta | {"x": out[layers[0]] if isinstance(layer, int) else out}
+
+
+def drop_outliers(rows: dict[str, Any], factor: float = 10.0) -> tuple[dict[str, Any], int]:
+    """``rows`` without the rows where either model's ‖h‖ exceeds ``factor`` × that model's median norm (massive
+    activations on template tokens, spec X10), and how many were dropped."""
+    n = np.linalg.norm(rows["x"], axis=2)  # (n, 2)
+    keep = (n <= factor * np.median(n, axis=0)[None, :]).all(1)
+    return {k: v[keep] for k, v in rows.items()}, int((~keep).sum())
