@@ -51,6 +51,14 @@ def test_collection_at_several_blocks_equals_one_block_at_a_time() -> None:
         np.testing.assert_allclose(both["x"][L], one["x"], atol=1e-5)
         np.testing.assert_array_equal(both["pos"], one["pos"])
     assert both["x"][0].shape[1:] == (2, 32)
+    # the early-exit hooks give what a full forward's hidden_states[L + 1] holds
+    import torch
+
+    ids = torch.tensor([encode_prompt(a, prompts[0])])
+    full = a.forward(ids, hidden_states=True).hidden_states
+    n0 = len(ids[0]) - 1
+    for L in (0, 2):
+        np.testing.assert_allclose(both["x"][L][:n0, 0], full[L + 1][0, 1:].float().numpy(), atol=1e-5)
     assert both["pos"].min() == 1  # position 0 is never a row
     n_tokens = sum(len(encode_prompt(a, p)) - 1 for p in prompts)
     assert len(both["doc"]) == n_tokens

@@ -27,7 +27,8 @@ POSITIONS = ("prompt_last", "think_open", "first_generated")
 @dataclass(frozen=True)
 class Setup:
     organism: str = "tiny-refusal-locked"
-    """The substrate (the shipped tiny organism; the SmolLM2 organism is not trained by this paper's profiles)."""
+    """The substrate: the shipped tiny organism (the SmolLM2 organism, trained and gated by
+    ``e171.first_token_probe_organism_smollm2`` at full, failed its gates, so no claim reads it)."""
     n_c: int = 8
     """C prompts per split."""
     n_n: int = 8

@@ -238,6 +238,37 @@ def greedy_ids(lm: Any, id_lists: Sequence[Sequence[int]], *, max_new: int = 96,
     return texts
 
 
+class _Enough(Exception):
+    """Ends a forward once the last wanted block's output is in hand."""
+
+
+def block_outputs(lm: Any, ids: Any, mask: Any, pos: Any, layers: Sequence[int]) -> dict[int, Any]:
+    """Block outputs (``hidden_states[L + 1]``) of ``layers`` for a left-padded batch, through hooks; the forward
+    stops after the deepest wanted block, so later blocks and the LM head never run (about half a forward saved at
+    block 15 of 30)."""
+    got: dict[int, Any] = {}
+    top = max(layers)
+
+    def hook(L: int) -> Callable[[int, Any], None]:
+        def fn(_layer: int, hidden: Any) -> None:
+            got[L] = hidden.detach()
+            if L == top:
+                raise _Enough()
+        return fn
+
+    handles = [lm.add_hook(L, hook(L)) for L in sorted(set(layers))]
+    try:
+        lm.forward(ids, attention_mask=mask, position_ids=pos)
+    except _Enough:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    if set(got) != set(layers):
+        raise RuntimeError(f"block_outputs: hooks on blocks {sorted(set(layers) - set(got))} never fired")
+    return got
+
+
 def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int | Sequence[int], *,
                       batch: int = 64, last_only: bool = False,
                       encode: Callable[[Any, ToolPrompt], list[int]] = encode_prompt) -> dict[str, Any]:
@@ -250,7 +281,9 @@ def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int 
     from agentmill.methods.crosscoder.organism import CATEGORIES
 
     layers = [layer] if isinstance(layer, int) else [int(x) for x in layer]
-    if a.tokenizer_fingerprint() != b.tokenizer_fingerprint():
+    from agentmill.lm.scoring import tokenizer_fingerprint
+
+    if tokenizer_fingerprint(a) != tokenizer_fingerprint(b):
         raise ValueError("collect_pair_rows: the two models tokenize differently")
     pad = a.pad_id if a.pad_id is not None else 0
     xs: dict[int, list[np.ndarray]] = {L: [] for L in layers}
@@ -267,15 +300,14 @@ def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int 
                 ids[r, W - len(c):] = torch.tensor(c)
                 mask[r, W - len(c):] = 1
             pos = (mask.cumsum(1) - 1).clamp(min=0)
-            hsa = a.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states
-            hsb = b.forward(ids, attention_mask=mask, position_ids=pos, hidden_states=True).hidden_states
+            hsa = block_outputs(a, ids, mask, pos, layers)
+            hsb = block_outputs(b, ids, mask, pos, layers)
             for r, c in enumerate(chunk):
                 P = len(c)
                 start = W - P + (0 if last_only else 1)
                 cols = np.arange(W - 1, W) if last_only else np.arange(start, W)
                 for L in layers:
-                    xs[L].append(np.stack([hsa[L + 1][r, cols].float().numpy(),
-                                           hsb[L + 1][r, cols].float().numpy()], 1))
+                    xs[L].append(np.stack([hsa[L][r, cols].float().numpy(), hsb[L][r, cols].float().numpy()], 1))
                 docs.append(np.full(len(cols), s + r))
                 poss.append(cols - (W - P))
                 lasts.append(cols == W - 1)
