@@ -80,3 +80,15 @@ def test_outlier_rows_are_dropped_and_counted() -> None:
     assert dropped == 1 and len(kept["x"]) == 49 and 7 not in kept["doc"]
     _, none = drop_outliers({k: np.delete(v, 7, 0) for k, v in rows.items()})
     assert none == 0
+
+
+def test_a_dead_exclusive_block_withholds_the_top_latent_claims() -> None:
+    from agentmill.experiments.e175_crosscoder.pairbench import dead_block_note
+
+    assert dead_block_note({}) is None
+    assert dead_block_note({"a_excl_alive_on_ranking": {"alive": 3, "of": 51, "prompts_per_side": 400}}) is None
+    note = dead_block_note({"a_excl_alive_on_ranking": {"alive": 0, "of": 51, "prompts_per_side": 400}})
+    assert note is not None and note.startswith("precondition not met") and "0 of 51" in note
+    for name in ("ablation", "template_detector"):
+        exp = get(f"e175.crosscoder_{name}")
+        assert set(exp.judge("full", {}, {"precondition": note}).values()) == {"inconclusive"}

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentmill.core.stats import Estimate
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, PairSetup, paired, plan,
+from agentmill.experiments.e175_crosscoder.pairbench import (SMOKE, PairSetup, dead_block_note, paired, plan,
                                                               score, top_latents)
 from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
@@ -51,6 +51,10 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
         return {}
     a = b.pair.sibling
     cc, table, fire = top_latents(b, "final", setup.n_rank)
+    note = dead_block_note(ctx.data)
+    if note and not setup.ignore_gates:  # smoke (ignore_gates) runs on regardless: never judged
+        ctx.data["precondition"] = note
+        return {}
     top = int(table.index[0])
     others = [int(i) for i in table.index[1:]]
     rnd = min(others, key=lambda i: (abs(fire[i] - fire[top]), i)) if others else top

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.experiments.protocol import PRECONDITION_NOT_MET
+
 SMOLLM2_NOTE = ("precondition not met: SmolLM2 tool sibling not trained and gated on this machine (`agentmill run "
                 "e175.crosscoder_organism_gate_smollm2 --profile full` does it); claims are judged on the "
                 "tiny_tool_pair fallback instead")
@@ -288,7 +290,22 @@ def top_latents(b: Bench, which: str, n_rank: int) -> tuple[Any, Any, Any]:
     sc = np.asarray(cc.scales, np.float32)[None, :, None]
     ft, _ = encode_rows(cc, rt["x"] * sc)
     fg, _ = encode_rows(cc, rg["x"] * sc)
-    return cc, rank_features(ft, fg, cc.blocks()["a_excl"]), (ft > 0).mean(0)
+    a_excl = cc.blocks()["a_excl"]
+    b.ctx.data["a_excl_alive_on_ranking"] = {
+        "alive": int(((ft[:, a_excl] > 0).any(0) | (fg[:, a_excl] > 0).any(0)).sum()),
+        "of": int(a_excl.stop - a_excl.start), "prompts_per_side": n_rank}
+    return cc, rank_features(ft, fg, a_excl), (ft > 0).mean(0)
+
+
+def dead_block_note(data: dict[str, Any]) -> str | None:
+    """The precondition note when no A-exclusive latent fires on any ranking prompt (then "the top latent" is a
+    tie among dead latents: ablating or reading it measures nothing), else None."""
+    a = data.get("a_excl_alive_on_ranking")
+    if a is None or a["alive"] > 0:
+        return None
+    return (f"{PRECONDITION_NOT_MET}: no A-exclusive latent of the DFC fires on any of the {a['prompts_per_side']} "
+            f"tool or {a['prompts_per_side']} generic ranking prompts (0 of {a['of']} alive; per-block liveness on "
+            "the training rows in `crosscoders`)")
 
 
 def gate_bars(data: dict[str, Any], out_path: Path, title: str) -> list[Path]:

@@ -227,8 +227,29 @@ class SmolBench:
             cc.identity = {"sibling": self.sib.adapter.name, "step": step, "layer": self.s.layer,
                            "means": x.mean(0).tolist()}
             cc.save(path)
+        self.ctx.data.setdefault("crosscoders", {})[key] = {"path": path.name, **self.liveness(cc, path, which)}
         self._cc[key] = cc
         return cc
+
+    def liveness(self, cc: Any, path: Any, which: str) -> dict[str, Any]:
+        """Latents per block that fire on at least one of every 10th training row, and the mean L0 there (cached
+        beside the crosscoder): a dead exclusive block means the shared latents absorbed the A/B difference."""
+        from agentmill.core.records import write_json_atomic
+        from agentmill.methods.crosscoder.diagnostics import encode_rows
+
+        f = path / "liveness.json"
+        if f.exists():
+            return json.loads(f.read_text())
+        x = self.train_rows(which, self.s.layer)["x"][::10]
+        codes, _ = encode_rows(cc, x * np.asarray(cc.scales, np.float32)[None, :, None])
+        fired = (codes > 0).any(0)
+        out = {"alive": {name: int(fired[sl].sum()) for name, sl in cc.blocks().items()},
+               "of": {name: int(sl.stop - sl.start) for name, sl in cc.blocks().items()},
+               "l0": float((codes > 0).sum(1).mean()), "rows_read": int(len(x)),
+               "relative_ab_difference": float(np.linalg.norm(x[:, 0] - x[:, 1], axis=1).mean()
+                                               / np.linalg.norm(x[:, 1], axis=1).mean())}
+        write_json_atomic(f, out)
+        return out
 
     def means(self, cc: Any) -> np.ndarray:
         return np.asarray(cc.identity["means"], np.float32)

@@ -18,7 +18,7 @@ import numpy as np
 
 from agentmill.core.stats import Estimate, clopper_pearson
 from agentmill.experiments.e175_crosscoder import PAPER
-from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, plan, top_latents
+from agentmill.experiments.e175_crosscoder.pairbench import SMOKE, PairSetup, dead_block_note, plan, top_latents
 from agentmill.experiments.e175_crosscoder.smolbench import CLAIM_SUBSTRATE, SMOL, make_bench
 from agentmill.experiments.plotting import pyplot, save
 from agentmill.experiments.protocol import PRECONDITION_NOT_MET, Claim, Experiment, RunContext
@@ -55,6 +55,10 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: {b.name} failed its gates ({b.gates.text()})"
         return {}
     cc, table, _ = top_latents(b, "final", setup.n_rank)
+    note = dead_block_note(ctx.data)
+    if note and not setup.ignore_gates:  # smoke (ignore_gates) runs on regardless: never judged
+        ctx.data["precondition"] = note
+        return {}
     top = int(table.index[0])
     sc = np.asarray(cc.scales, np.float32)[None, :, None]
     out: dict[str, Estimate] = {}
