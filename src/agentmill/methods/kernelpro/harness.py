@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from agentmill.core.sandbox import SandboxLimits, run_command
-from agentmill.methods.kernelpro.numba_backend import NUMBA_CPU
+from agentmill.methods.kernelpro.numba_backend import NUMBA_CPU, NUMBA_CPU_FEATURES
 
 EAGER = {"vadd": "a[0] + a[1]", "axpy": "np.float32(2.5) * a[0] + a[1]",
          "gelu": "np.float32(0.5) * a[0] * (np.float32(1) + np.tanh(np.float32(0.7978846) * (a[0] + "
@@ -194,6 +194,8 @@ def run_batch(so_paths: list[str | None], header: Mapping[str, Any], arrays: Map
         h = json.dumps({**dict(header), "jobs": jobs}).encode()
         env = {"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                "NUMBA_NUM_THREADS": str(threads), "NUMBA_CPU_NAME": numba_cpu}
+        if numba_cpu == NUMBA_CPU:  # the pinned name needs its feature list too, or numba adds the host's
+            env["NUMBA_CPU_FEATURES"] = NUMBA_CPU_FEATURES
         lim = SandboxLimits(**{**limits.__dict__, "wall_s": limits.wall_s * len(todo),
                                "cpu_s": int(limits.cpu_s * len(todo)), "cpu_hard_s": int(limits.cpu_s * len(todo)) + 2})
         r = run_command([sys.executable, "-I", "-c", CHILD], limits=lim, stdin=len(h).to_bytes(8, "little") + h

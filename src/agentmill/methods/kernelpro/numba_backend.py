@@ -21,6 +21,10 @@ from agentmill.methods.kernelpro.tasks import Task
 NUMBA_CPU = "haswell"
 """[R] ``NUMBA_CPU_NAME`` of every numba build: LLVM's ``haswell`` is AVX2 + FMA + BMI1/2 + F16C + MOVBE, the
 feature set of ``-march=x86-64-v3`` that the C builds are pinned to (16 vector registers, no AVX-512)."""
+NUMBA_CPU_FEATURES = "+avx,+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+popcnt"
+"""``NUMBA_CPU_FEATURES`` beside :data:`NUMBA_CPU`: numba takes the *host's* feature list when this is unset, so on an
+AVX-512 host a "haswell" build still used zmm registers (found on an Intel Xeon with AVX-512, session 36); the
+features named here are haswell's own, so no host feature leaks in."""
 ALLOWED_MODULES = frozenset({"numpy", "numba", "math"})
 """[R] Modules a numba candidate may import."""
 FORBIDDEN_NAMES = frozenset({"gc", "sys", "os", "time", "ctypes", "open", "eval", "exec", "compile", "globals",
@@ -102,7 +106,8 @@ def check_policy(source: str, task: Task | None = None, *, allow_library: bool =
 
 def build_key(source: str, flags: tuple[str, ...]) -> str:
     """Content hash of a numba candidate (numba version, flags, pinned CPU, source)."""
-    return hashlib.sha256(f"numba {numba_version()}\0{NUMBA_CPU}\0{' '.join(flags)}\0{source}".encode()
+    return hashlib.sha256(f"numba {numba_version()}\0{NUMBA_CPU}\0{NUMBA_CPU_FEATURES}\0{' '.join(flags)}\0{source}"
+                          .encode()
                           ).hexdigest()[:24]
 
 
