@@ -68,6 +68,10 @@ def measure(setup: Setup, ctx: RunContext) -> dict[str, Estimate]:
         ctx.data[f"ranking_{arch}"] = {"index": table.index[:10].tolist(), "cohen_d": table.cohen_d[:10].tolist(),
                                        "fire_tool": table.fire_pos[:10].tolist(),
                                        "fire_generic": table.fire_neg[:10].tolist(), "sizes_run": sorted(sel)}
+        if not sel and arch == "DFC":  # nothing to compare the plain crosscoder with: skip its 24-cell grid
+            ctx.data["cells"] = all_cells
+            ctx.data["precondition"] = f"{PRECONDITION_NOT_MET}: no tool-leaning latent in DFC"
+            return {}
         cells, per = run_grid(b, a, cc, setup.layer, sel, prompts, clean, label=arch, ctx=ctx)
         all_cells += cells
         if cells:
