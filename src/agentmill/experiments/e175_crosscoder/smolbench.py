@@ -217,6 +217,7 @@ class SmolBench:
                                           "rows": TRAIN_ROWS, "cfg": asdict(cfg)}, sort_keys=True,
                                          default=str).encode()).hexdigest()[:16]
         path = root() / "cc" / f"smol-{addr}"
+        rows = None
         if (path / "config.json").exists():
             cc = CrossCoder.load(path)
         else:
@@ -227,11 +228,11 @@ class SmolBench:
             cc.identity = {"sibling": self.sib.adapter.name, "step": step, "layer": self.s.layer,
                            "means": x.mean(0).tolist()}
             cc.save(path)
-        self.ctx.data.setdefault("crosscoders", {})[key] = {"path": path.name, **self.liveness(cc, path, which)}
+        self.ctx.data.setdefault("crosscoders", {})[key] = {"path": path.name, **self.liveness(cc, path, which, rows)}
         self._cc[key] = cc
         return cc
 
-    def liveness(self, cc: Any, path: Any, which: str) -> dict[str, Any]:
+    def liveness(self, cc: Any, path: Any, which: str, rows: dict[str, Any] | None = None) -> dict[str, Any]:
         """Latents per block that fire on at least one of every 10th training row, and the mean L0 there (cached
         beside the crosscoder): a dead exclusive block means the shared latents absorbed the A/B difference."""
         from agentmill.core.records import write_json_atomic
@@ -240,7 +241,7 @@ class SmolBench:
         f = path / "liveness.json"
         if f.exists():
             return json.loads(f.read_text())
-        x = self.train_rows(which, self.s.layer)["x"][::10]
+        x = (rows if rows is not None else self.train_rows(which, self.s.layer))["x"][::10]
         codes, _ = encode_rows(cc, x * np.asarray(cc.scales, np.float32)[None, :, None])
         fired = (codes > 0).any(0)
         out = {"alive": {name: int(fired[sl].sum()) for name, sl in cc.blocks().items()},

@@ -276,13 +276,11 @@ def collect_pair_rows(a: Any, b: Any, prompts: Sequence[ToolPrompt], layer: int 
     byte rendering): ``x`` (n, 2, d) raw, ``doc``, ``pos``, ``last`` (is the last prompt token), ``label``
     (category index). Position 0 (BOS / the first template token) is excluded. With several layers, ``x`` is a
     dict layer → (n, 2, d) from one forward per model and batch."""
-    torch = _torch()
-
+    from agentmill.lm.scoring import tokenizer_fingerprint
     from agentmill.methods.crosscoder.organism import CATEGORIES
 
+    torch = _torch()
     layers = [layer] if isinstance(layer, int) else [int(x) for x in layer]
-    from agentmill.lm.scoring import tokenizer_fingerprint
-
     if tokenizer_fingerprint(a) != tokenizer_fingerprint(b):
         raise ValueError("collect_pair_rows: the two models tokenize differently")
     pad = a.pad_id if a.pad_id is not None else 0
