@@ -19,7 +19,8 @@ from agentmill.lm import finetune  # noqa: E402
 from agentmill.lm.finetune import (IGNORE, Admission, Example, GateReport, GateResult, LoraCfg,  # noqa: E402
                                    PreconditionNotMet, TrainCfg, checkpoint_path, content_key, example_order,
                                    load_adapter, load_checkpoint, lr_factor, obtain_adapter, read_card,
-                                   record_validation, save_adapter, train_lora, validated_adapter, weighted_loss)
+                                   micro_batch_loss, record_validation, save_adapter, train_lora, validated_adapter,
+                                   weighted_loss)
 
 PAD = 0
 
@@ -100,6 +101,29 @@ def test_aux_mask_adds_its_own_mean_with_its_weight() -> None:
     assert torch.allclose(weighted_loss(logits, y, h, 0.5), want)
     assert torch.allclose(weighted_loss(logits, y, torch.full_like(h, IGNORE), 0.5),
                           ce(logits[0, 2:4], torch.tensor([3, 4])))
+
+
+def test_loss_on_labelled_logits_only_equals_the_full_logits_loss() -> None:
+    """The training loss applies the LM head only where a label is; it must be the full-logits loss, in both the
+    main-mask-only and the weighted form, and its gradient too (right padding, rows labelled at different places)."""
+    model = tiny_llama()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, PAD, PAD]])
+    mask = (ids != PAD).long()
+    y = torch.full_like(ids, IGNORE)
+    h = torch.full_like(ids, IGNORE)
+    y[0, 5:7], y[1, 3:5] = ids[0, 5:7], ids[1, 3:5]
+    h[0, 2:4] = ids[0, 2:4]
+    for weight, aux in ((0.0, torch.full_like(h, IGNORE)), (0.5, h)):
+        model.zero_grad()
+        full = weighted_loss(model(input_ids=ids, attention_mask=mask).logits, y, aux, weight)
+        full.backward()
+        g_full = model.model.layers[0].mlp.up_proj.weight.grad.clone()
+        model.zero_grad()
+        kept = micro_batch_loss(model, ids, mask, y, aux, weight)
+        kept.backward()
+        assert torch.allclose(kept, full, atol=1e-6)
+        assert torch.allclose(model.model.layers[0].mlp.up_proj.weight.grad, g_full, atol=1e-6)
+    assert finetune.labelled_positions(y, h).tolist() == [1, 2, 3, 4, 5]
 
 
 # -- schedule and order ------------------------------------------------------------------------------------------------

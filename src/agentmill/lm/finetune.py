@@ -168,9 +168,14 @@ def weighted_loss(logits: Any, labels: Any, aux_labels: Any, aux_weight: float) 
     mask is empty). Each mean is over its own tokens, so a long second span does not dilute the first one.
     Shapes: logits [B, T, V], labels and aux_labels [B, T] (-100 = no loss); positions where both masks hold a
     label count for ``labels`` only."""
+    return next_token_loss(logits[:, :-1], labels[:, 1:], aux_labels[:, 1:], aux_weight)
+
+
+def next_token_loss(logits: Any, y: Any, h: Any, aux_weight: float) -> Any:
+    """:func:`weighted_loss` on logits already aligned with the tokens they predict: ``logits`` [B, K, V] scores the
+    targets ``y`` (main mask) and ``h`` (second mask), both [B, K]."""
     torch = require_torch()
-    logits = logits[:, :-1].float()
-    y, h = labels[:, 1:], aux_labels[:, 1:]
+    logits = logits.float()
     both = torch.where(y != IGNORE, y, h)
     tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), both.reshape(-1),
                                             ignore_index=IGNORE, reduction="none").view_as(both)
@@ -178,6 +183,28 @@ def weighted_loss(logits: Any, labels: Any, aux_labels: Any, aux_weight: float) 
     if bool((h != IGNORE).any()):
         loss = loss + aux_weight * tok[h != IGNORE].mean()
     return loss
+
+
+def labelled_positions(labels: Any, aux_labels: Any) -> Any:
+    """The positions t whose next token carries a loss in some row (``labels`` or ``aux_labels`` at t + 1), as a
+    1-D index tensor: the only positions whose logits the loss reads."""
+    torch = require_torch()
+    wanted = (labels[:, 1:] != IGNORE) | (aux_labels[:, 1:] != IGNORE)
+    return torch.nonzero(wanted.any(dim=0)).flatten()
+
+
+def micro_batch_loss(model: Any, ids: Any, mask: Any, labels: Any, aux_labels: Any, aux_weight: float) -> Any:
+    """The training loss of one right-padded micro-batch, with the LM head applied only at :func:`labelled_positions`
+    (transformers' ``logits_to_keep``).
+
+    Why: the loss reads a few hundred positions of a ~1,500-token example, but full logits cost B × T × V floats
+    several times over (autocast copy, fp32 upcast, log-softmax, gradient). With Qwen2.5's 151,936-token vocabulary
+    that is ~2 GB per copy at B = 2, T = 1,536, and a Qwen organism's training reached 21 GB resident before it was
+    killed for memory (docs/LOG.md, 2026-11-30); the head's matmul was also ~30 % of its compute. The loss is the
+    same sum over the same tokens as :func:`weighted_loss` on full logits (tests/lm/test_finetune.py)."""
+    keep = labelled_positions(labels, aux_labels)
+    logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+    return next_token_loss(logits, labels[:, keep + 1], aux_labels[:, keep + 1], aux_weight)
 
 
 # ---------------------------------------------------------------------------------------------------- schedule, order
@@ -314,10 +341,11 @@ def train_lora(model: Any, examples: Sequence[Example], cfg: TrainCfg, *, lora: 
     """Add ``lora`` to ``model`` (a transformers causal LM, edited in place) and train it on ``examples``.
 
     Order: ``units`` (default: each example its own unit) shuffled by :func:`example_order`; micro-batches are
-    right-padded with ``pad_id``. Loss: the model's own next-token loss on ``labels`` when ``cfg.aux_weight`` is 0,
-    else :func:`weighted_loss`. After every optimiser step but the last, the state goes to ``checkpoint`` (when
-    given) tagged with ``fingerprint``; a later call finding that file resumes from it bit for bit, and refuses a
-    checkpoint with another fingerprint — make the fingerprint cover the data, every hyper-parameter and the base.
+    right-padded with ``pad_id``. Loss: :func:`micro_batch_loss` (the mean next-token loss on ``labels``, plus
+    ``cfg.aux_weight`` × that on ``aux_labels`` when the weight is above 0), with logits only where a label is.
+    After every optimiser step but the last, the state goes to ``checkpoint`` (when given) tagged with
+    ``fingerprint``; a later call finding that file resumes from it bit for bit, and refuses a checkpoint with
+    another fingerprint — make the fingerprint cover the data, every hyper-parameter and the base.
     At each step in ``snapshot_steps`` the adapter is saved to ``snapshot_dir/step-NNNNNN`` (safetensors and a
     ``snapshot.json``). ``progress`` gets ``{step, steps, loss, lr, tokens, seconds}`` after every step. Threads
     are the caller's choice (``torch.set_num_threads``): they change the summation order, so fix them per recipe."""
@@ -372,11 +400,10 @@ def train_lora(model: Any, examples: Sequence[Example], cfg: TrainCfg, *, lora: 
                     aux[r, :n] = torch.tensor(ex.aux_labels)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
                 if cfg.aux_weight > 0:
-                    logits = model(input_ids=ids, attention_mask=mask).logits
-                    loss = weighted_loss(logits, labels, aux, cfg.aux_weight)
                     aux_tokens += int((aux != IGNORE).sum())
                 else:
-                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                    aux.fill_(IGNORE)  # the second mask carries no loss at weight 0
+                loss = micro_batch_loss(model, ids, mask, labels, aux, cfg.aux_weight)
             (loss / cfg.grad_accum).backward()
             step_loss += float(loss.detach()) / cfg.grad_accum
             tokens += int(mask.sum())
