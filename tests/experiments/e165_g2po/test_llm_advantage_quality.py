@@ -20,6 +20,9 @@ def test_smoke_record_shape(tmp_path) -> None:
     s = exp.setups["smoke"]
     assert m["lm_decisions"].value == m["uniq_decisions"].value <= s.n_layouts * s.group_size * s.max_steps
     assert 0 < m["lm_overhead_ratio_observed"].value < 1 and m["lm_rollout_seconds"].value > 0
+    ratio = m["lm_overhead_ratio_observed"]  # one ratio per group, judged on their t-interval (never one timing)
+    assert ratio.n == s.n_layouts and ratio.lo < ratio.value < ratio.hi
+    assert 0 < m["lm_overhead_ratio_pooled"].value < 1
     assert m["uniq_merge_rate"].value == 0  # UniqueObs p = 1: no observation repeats, so nothing merges
     assert m["uniq_gain_g2po_grpo_observed"].value == 0 or math.isnan(m["uniq_gain_g2po_grpo_observed"].value)
     assert exp.plots(rec.data, tmp_path)[0].stat().st_size > 5000
