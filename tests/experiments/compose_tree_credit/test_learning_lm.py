@@ -74,7 +74,7 @@ class _FakePolicy:
 
     @staticmethod
     def prompt_ids(obs, info, candidates):
-        return [len(obs), hash(obs) % 97]
+        return list(obs.encode())  # deterministic: str hash() is salted per process and can collide mod a small n
 
 
 class _Table:
