@@ -20,7 +20,11 @@ experiment runs the whole chain on real LM code:
    β·(ℓ_θ(a) − ℓ_ref(a)) (summed candidate + end-of-turn log-likelihoods, not normalised over the candidate set),
    the policy's own β·log π_θ, and a *wrong reference* (a differently initialised tiny model) in place of π_ref.
 
-Each layout gets its own fresh pair (``LoRACandidatePolicy.reset``): the pair is fitted to that layout's π*.
+Each layout gets its own fresh pair (``LoRACandidatePolicy.reset``): the pair is fitted to that layout's π*. That makes
+the layout the unit of resumption: each finished layout's columns are appended (flushed, fsynced) to a JSONL
+checkpoint in the run's work dir, named by the setup without ``n_layouts``/``n_boot``, so a killed run (P-6a on a 0.5B
+model takes hours on one thread) restarts at the next layout with the same numbers it would have had (JSON floats
+round-trip exactly; each layout's distillation seed is ``seed + i``).
 
 Temperature [R]: the log-ratio is computed from the two policies' own log π (same temperature T on both sides); the
 E173 scorer (no temperature) gives the same number only at T = 1 (tests/methods/progress_advantage/test_train_lm.py).
@@ -32,8 +36,10 @@ everywhere and the ranking would be noise); their numbers are recorded as ``*_ob
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +51,7 @@ from agentmill.envs.keydoor import TINY_WORLD, KeyDoorConfig, KeyDoorEnv, KeyDoo
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, setup_hash, unjudged
 from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
 
 
@@ -127,50 +133,95 @@ def _spearman_ci(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, n_boot: int
     return cluster_bootstrap(lambda rows: spearman(x[rows], y[rows]), clusters, n_boot=n_boot, seed=seed)
 
 
+COLUMNS = ("A", "ratio", "free", "logpi", "logref", "wrong", "cluster")
+"""Per (s, a) columns one layout contributes: exact A*, the candidate log-ratio, the free-text score, β·log π_θ,
+β·log π_ref, the wrong-reference ratio, and the bootstrap cluster (layout, state)."""
+CHECKPOINT_VERSION = 1
+"""Bumped whenever a layout's columns are computed differently, so older checkpoints are not reused."""
+
+
+def checkpoint_path(s: Setup, work_dir: Path) -> Path:
+    """The per-layout checkpoint of this setup. ``n_layouts`` and ``n_boot`` are left out of the name: more layouts
+    extend the same file and a different bootstrap reuses every layout."""
+    key = setup_hash(replace(s, n_layouts=0, n_boot=0), None)
+    return work_dir / f"layouts-v{CHECKPOINT_VERSION}-{key}.jsonl"
+
+
+def read_checkpoint(path: Path) -> dict[int, dict[str, Any]]:
+    """Finished layouts by index; a torn last line (a kill mid-write) is dropped and that layout is redone."""
+    done: dict[int, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            done[int(row["layout"])] = row
+    return done
+
+
+def fit_layout(s: Setup, pair: Any, wrong: Any, lay: KeyDoorLayout, i: int) -> dict[str, Any]:
+    """Distil a fresh pair to this layout's π* and read its columns (:data:`COLUMNS`, as lists) and diagnostics."""
+    from agentmill.methods.progress_advantage.train import candidate_policy_table, distill_to_optimum
+
+    env, mdp, states = world(lay)
+    pol = pair.policy.reset()
+    pi_ref = candidate_policy_table(pair.reference, states, env.tabular_actions, mdp)
+    Q, V, pi_star = soft_value_iteration(mdp, pi_ref, s.beta)
+    trace = distill_to_optimum(pol, states, env.tabular_actions, mdp, pi_star, epochs=s.epochs,
+                               batch_size=s.batch_size, tol=s.tol, seed=s.seed + i)
+    pi = candidate_policy_table(pol, states, env.tabular_actions, mdp)
+    pi_wrong = candidate_policy_table(wrong, states, env.tabular_actions, mdp)
+    ell_pol = _loglik_table(pol, states, env.tabular_actions, mdp)
+    ell_ref = _loglik_table(pair.reference, states, env.tabular_actions, mdp)
+    lv = mdp.live_valid
+    A = (Q - V[:, None])[lv]
+    cols = {"A": A,
+            "ratio": s.beta * (np.log(pi[lv]) - np.log(pi_ref[lv])),
+            "free": s.beta * (ell_pol[lv] - ell_ref[lv]),
+            "logpi": s.beta * np.log(pi[lv]),
+            "logref": s.beta * np.log(pi_ref[lv]),
+            "wrong": s.beta * (np.log(pi[lv]) - np.log(pi_wrong[lv])),
+            "cluster": i * 10_000 + np.nonzero(lv)[0]}
+    info = {"layout": i, "n_states": int(mdp.n_states), "n_pairs": int(lv.sum()), "epochs": list(trace.epochs),
+            "mean_kl": list(trace.mean_kl), "seconds": trace.seconds, "max_abs_A": float(np.abs(A).max())}
+    return {"layout": i, "info": info, "columns": {k: v.tolist() for k, v in cols.items()}}
+
+
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     import torch
 
     from agentmill.lm.policy import CandidatePolicy
-    from agentmill.methods.progress_advantage.train import candidate_policy_table, distill_to_optimum
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # [R] one thread per worker: 2 shared cores
     try:
-        t0 = time.perf_counter()
-        pair = build_pair(s.model, temperature=s.temperature, one_shot=s.one_shot, lr=s.lr)
-        wrong = CandidatePolicy(load_candidate_lm(s.wrong_reference), render_for(s.one_shot), s.temperature,
-                                record=False)
-        load_s = time.perf_counter() - t0
         lays = layouts(s.n_layouts, seed=s.layout_seed, calibrate=None, config=TINY_WORLD)
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("A", "ratio", "free", "logpi", "logref", "wrong",
-                                                             "cluster")}
-        per_layout = []
-        for i, lay in enumerate(lays):
-            ctx.progress("P-6a: distilling one pair per layout", i, len(lays))
-            env, mdp, states = world(lay)
-            pol = pair.policy.reset()
-            pi_ref = candidate_policy_table(pair.reference, states, env.tabular_actions, mdp)
-            Q, V, pi_star = soft_value_iteration(mdp, pi_ref, s.beta)
-            trace = distill_to_optimum(pol, states, env.tabular_actions, mdp, pi_star, epochs=s.epochs,
-                                       batch_size=s.batch_size, tol=s.tol, seed=s.seed + i)
-            pi = candidate_policy_table(pol, states, env.tabular_actions, mdp)
-            pi_wrong = candidate_policy_table(wrong, states, env.tabular_actions, mdp)
-            ell_pol = _loglik_table(pol, states, env.tabular_actions, mdp)
-            ell_ref = _loglik_table(pair.reference, states, env.tabular_actions, mdp)
-            lv = mdp.live_valid
-            cols["A"].append((Q - V[:, None])[lv])
-            cols["ratio"].append(s.beta * (np.log(pi[lv]) - np.log(pi_ref[lv])))
-            cols["free"].append(s.beta * (ell_pol[lv] - ell_ref[lv]))
-            cols["logpi"].append(s.beta * np.log(pi[lv]))
-            cols["logref"].append(s.beta * np.log(pi_ref[lv]))
-            cols["wrong"].append(s.beta * (np.log(pi[lv]) - np.log(pi_wrong[lv])))
-            cols["cluster"].append(i * 10_000 + np.nonzero(lv)[0])
-            per_layout.append({"layout": i, "n_states": int(mdp.n_states), "n_pairs": int(lv.sum()),
-                               "epochs": list(trace.epochs), "mean_kl": list(trace.mean_kl),
-                               "seconds": trace.seconds,
-                               "max_abs_A": float(np.abs(cols["A"][-1]).max())})
+        ctx.work_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = checkpoint_path(s, ctx.work_dir)
+        done = {i: row for i, row in read_checkpoint(ckpt).items() if i < len(lays)}
+        resumed = len(done)
+        load_s = 0.0
+        if len(done) < len(lays):
+            t0 = time.perf_counter()
+            pair = build_pair(s.model, temperature=s.temperature, one_shot=s.one_shot, lr=s.lr)
+            wrong = CandidatePolicy(load_candidate_lm(s.wrong_reference), render_for(s.one_shot), s.temperature,
+                                    record=False)
+            load_s = time.perf_counter() - t0
+            with open(ckpt, "a", encoding="utf-8") as f:
+                for i, lay in enumerate(lays):
+                    if i in done:
+                        continue
+                    ctx.progress("P-6a: distilling one pair per layout", len(done), len(lays))
+                    done[i] = fit_layout(s, pair, wrong, lay, i)
+                    f.write(json.dumps(done[i]) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
         ctx.progress("P-6a: done", len(lays), len(lays))
-        c = {k: np.concatenate(v) for k, v in cols.items()}
+        rows = [done[i] for i in range(len(lays))]
+        per_layout = [r["info"] for r in rows]
+        c = {k: np.concatenate([np.asarray(r["columns"][k], dtype=int if k == "cluster" else float) for r in rows])
+             for k in COLUMNS}
         out: dict[str, Estimate] = {}
         for name, key in (("candidates", "ratio"), ("free_text", "free"), ("policy_logprob", "logpi"),
                           ("reference_logprob", "logref"), ("wrong_reference", "wrong")):
@@ -182,6 +233,8 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         out["seconds_distill"] = Estimate.exact(float(sum(p["seconds"] for p in per_layout)))
         out["seconds_load"] = Estimate.exact(load_s)
         ctx.data["layouts"] = per_layout
+        ctx.data["layouts_resumed"] = resumed
+        ctx.data["checkpoint"] = ckpt.name
         ctx.data["points"] = {"A": c["A"].tolist(), "candidates": c["ratio"].tolist(), "free_text": c["free"].tolist()}
         ctx.data["model"] = s.model
     finally:
