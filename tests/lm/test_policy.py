@@ -197,6 +197,24 @@ def test_pg_update_raises_the_advantaged_action_and_reset_restores():
     assert np.max(np.abs(pol.log_probs(OBS, INFO) - before)) == 0.0 and pol.updates == 0
 
 
+def test_training_state_restores_weights_and_adam_so_the_next_update_is_the_same():
+    a, b = _trainable(lr=3e-3), _trainable(lr=3e-3)
+    table, adv = _table(["take red key"]), np.array([1.0])
+    a.pg_update(table, adv)
+    b.load_training_state(a.training_state())  # b never trained: it takes a's weights, moments and step count
+    assert b.updates == 1 and np.array_equal(b.log_probs(OBS, INFO), a.log_probs(OBS, INFO))
+    a.pg_update(table, adv)
+    b.pg_update(table, adv)  # Adam's second step uses the restored moments: a fresh optimizer would differ
+    assert all(torch_equal(p, q) for p, q in zip(a.parameters, b.parameters))
+    other = LoRACandidatePolicy(_tiny(1), list(_tiny(1).model.parameters())[:2], SHORT)
+    with pytest.raises(ValueError, match="do not match"):
+        other.load_training_state(a.training_state())
+
+
+def torch_equal(p, q) -> bool:
+    return bool((p.detach() == q.detach()).all())
+
+
 def test_pg_update_zero_advantages_without_kl_do_not_move_the_policy():
     pol = _trainable(lr=3e-3)
     before = pol.log_probs(OBS, INFO)

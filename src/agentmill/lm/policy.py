@@ -27,6 +27,7 @@ over candidates, for P-6a).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections import OrderedDict
@@ -452,6 +453,30 @@ class LoRACandidatePolicy(CandidatePolicy):
                 p.copy_(p0)
         self.optimizer = torch.optim.AdamW(self.parameters, lr=self.lr, weight_decay=self.weight_decay)
         self.updates = 0
+        self.decisions = []
+        self.invalidate()
+        return self
+
+    def training_state(self) -> dict[str, Any]:
+        """What a resumed training run needs to continue exactly: the trained tensors (copies), the AdamW state and
+        the update count. ``torch.save``-able; :meth:`load_training_state` restores it onto the same model."""
+        # deep copies: ``state_dict()`` hands out the live moment tensors, which the next step changes in place
+        return {"parameters": [p.detach().clone() for p in self.parameters],
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "updates": self.updates}
+
+    def load_training_state(self, state: Mapping[str, Any]) -> LoRACandidatePolicy:
+        """Restore :meth:`training_state` (same parameter shapes, same order); memos are cleared. Returns self."""
+        torch = _torch()
+        saved = list(state["parameters"])
+        if [tuple(t.shape) for t in saved] != [tuple(p.shape) for p in self.parameters]:
+            raise ValueError("load_training_state: the saved tensors do not match this policy's parameters "
+                             "(another model or adapter configuration)")
+        with torch.no_grad():
+            for p, t in zip(self.parameters, saved):
+                p.copy_(t)
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=self.lr, weight_decay=self.weight_decay)
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # never share moments with the source
+        self.updates = int(state["updates"])
         self.decisions = []
         self.invalidate()
         return self

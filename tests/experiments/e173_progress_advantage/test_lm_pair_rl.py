@@ -49,3 +49,47 @@ def test_paired_auroc_by_hand() -> None:
     gain = _paired_auroc(good, flat, err, clusters, 50, 0)
     assert gain.value == 0.5 and gain.lo == gain.hi == 0.5  # every resample keeps both classes in each cluster
     assert math.isnan(_paired_auroc(good, None, np.ones(4, bool), clusters, 50, 0).value)  # no progress steps
+
+
+def test_a_run_killed_after_an_iteration_resumes_there_with_the_same_numbers(tmp_path, monkeypatch) -> None:
+    """Two KL-PG iterations uninterrupted, against a run killed right after iteration 1's checkpoint and run again:
+    the second run trains only iteration 2 and every metric and training curve comes out the same."""
+    from dataclasses import replace
+
+    import pytest
+
+    from agentmill.experiments.e173_progress_advantage import lm_pair_rl as P
+    from agentmill.experiments.protocol import RunContext
+
+    s = replace(P.SETUPS["smoke"], iterations=2)
+
+    def run(work):
+        ctx = RunContext(profile="smoke", model="none", executor=None, work_dir=work)
+        return P.measure(s, ctx), ctx.data
+
+    whole, data = run(tmp_path / "whole")
+    assert data["iterations_resumed"] == 0
+
+    real = P.save_training
+
+    def save_then_die(policy, path, done, log):
+        real(policy, path, done, log)
+        if done == 1:
+            raise KeyboardInterrupt("killed after iteration 1")
+
+    monkeypatch.setattr(P, "save_training", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed")
+    monkeypatch.setattr(P, "save_training", real)
+    again, data2 = run(tmp_path / "killed")
+    assert data2["iterations_resumed"] == 1
+    for k in ("success", "soft_return", "mean_kl"):
+        assert data2["train"][k] == pytest.approx(data["train"][k], rel=1e-9, abs=1e-12), k
+    for k, est in whole.items():
+        if not k.startswith("seconds_"):
+            assert again[k].value == pytest.approx(est.value, rel=1e-9, abs=1e-12, nan_ok=True), k
+    # a finished checkpoint is read, not retrained; grading sizes are not part of its name
+    _, data3 = run(tmp_path / "killed")
+    assert data3["iterations_resumed"] == 2
+    assert P.checkpoint_path(replace(s, n_test_layouts=9, n_boot=3), tmp_path) == P.checkpoint_path(s, tmp_path)
+    assert P.checkpoint_path(replace(s, beta=0.1), tmp_path) != P.checkpoint_path(s, tmp_path)

@@ -19,15 +19,21 @@ cluster bootstrap over trajectories); success AUROC > 0.7; best-of-8 by summed s
 5 points (bootstrap over groups). Negative control [R]: a *wrong reference* (a differently initialised tiny
 model) in place of π_ref lowers the step AUROC by ≥ 0.1.
 
+Training checkpoints after every iteration (the pair's weights, AdamW state and the log, written atomically to the
+run's work dir): a killed run resumes at the next iteration and, since each iteration's rollouts are seeded by
+(seed, iteration), continues as the uninterrupted run would. On a 0.5B model training alone takes hours.
+
 World and pair builders are P-6a's (``e173_progress_lm_pair_distilled``). The quick/smoke profiles run an untrained
 ``tiny:`` model at T = 20 (see P-6a's docstring) and record the claim metrics as ``*_observed`` (no verdict).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,8 +47,9 @@ from agentmill.envs.keydoor import TINY_WORLD, KeyDoorEnv, layouts
 from agentmill.experiments.e173_progress_advantage import PAPER
 from agentmill.experiments.e173_progress_advantage.tiny_models import TINY_QUICK
 from agentmill.experiments.plotting import pyplot, save
-from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, unjudged
+from agentmill.experiments.protocol import Claim, Experiment, RunContext, models_read, setup_hash, unjudged
 from agentmill.lm.candidate_pair import build_pair, load_candidate_lm, render_for
+from agentmill.methods.progress_advantage.train import KLPGLog
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,43 @@ def _paired_auroc(a: np.ndarray, b: np.ndarray | None, err: np.ndarray, clusters
     return cluster_bootstrap(stat, clusters, n_boot=n_boot, seed=seed)
 
 
+CHECKPOINT_VERSION = 1
+"""Bumped whenever training changes, so an older training checkpoint is not resumed."""
+
+
+def checkpoint_path(s: Setup, work_dir: Path) -> Path:
+    """The training checkpoint of this setup in the run's work dir, named by what training depends on (grading
+    sizes, the wrong reference and the bootstrap are left out, so changing them reuses the trained pair)."""
+    key = setup_hash(replace(s, n_test_layouts=0, test_seed=0, wrong_reference="", n_boot=0, judged=True), None)
+    return work_dir / f"klpg-v{CHECKPOINT_VERSION}-{key}.pt"
+
+
+def save_training(policy: Any, path: Path, iterations_done: int, log: KLPGLog) -> None:
+    """Write (iterations done, the log, the policy's weights and AdamW state) atomically: a kill mid-save leaves the
+    previous checkpoint, never a torn one."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"iterations_done": iterations_done, "log": dataclasses.asdict(log),
+                "state": policy.training_state()}, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def resume_training(policy: Any, path: Path) -> tuple[int, KLPGLog | None]:
+    """(iterations already done, their log) from ``path``, with the policy restored to that point; (0, None) when
+    there is no checkpoint (a fresh start from the pair's initial weights)."""
+    import torch
+
+    if not path.exists():
+        return 0, None
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    policy.load_training_state(saved["state"])
+    return int(saved["iterations_done"]), KLPGLog(**saved["log"])
+
+
 def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
     import torch
 
@@ -181,10 +225,19 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
         test = layouts(s.n_test_layouts, seed=s.test_seed, calibrate=None, config=TINY_WORLD)
         ctx.progress("P-6b: KL-regularised PG", 0, 3)
         t0 = time.perf_counter()
+        ckpt = checkpoint_path(s, ctx.work_dir)
+        start, log = resume_training(pair.policy, ckpt)
+
+        def save(it: int, log: KLPGLog) -> None:
+            ctx.progress(f"P-6b: KL-PG iteration {it + 1}/{s.iterations} saved", 0, 3)
+            save_training(pair.policy, ckpt, it + 1, log)
+
         log = kl_pg_train(pair.policy, pair.reference, factory, train, beta=s.beta, iterations=s.iterations,
                           group_size=s.group_size, tasks_per_iter=s.tasks_per_iter, gamma=s.gamma,
-                          max_steps=s.max_steps, lr=s.lr, seed=s.seed)
+                          max_steps=s.max_steps, lr=s.lr, seed=s.seed, start=start, log=log, on_iteration=save)
         t_train = time.perf_counter() - t0
+        ctx.data["iterations_resumed"] = start
+        ctx.data["checkpoint"] = ckpt.name
         ctx.progress("P-6b: held-out rollouts", 1, 3)
         t0 = time.perf_counter()
         table, labels, _ = collect_groups(factory, pair.policy, test, s.group_size, s.max_steps,

@@ -204,7 +204,8 @@ def soft_advantages(table: StepTable, kl: np.ndarray, beta: float, gamma: float)
 def kl_pg_train(policy: Any, reference: Any, env_factory: Callable[[Any], Any], tasks: Sequence[Any], *,
                 beta: float, iterations: int, group_size: int = 8, tasks_per_iter: int = 4, gamma: float = 0.95,
                 max_steps: int | None = None, lr: float | None = None, seed: int = 0,
-                normalize: str = "trajectories") -> KLPGLog:
+                normalize: str = "trajectories", start: int = 0, log: KLPGLog | None = None,
+                on_iteration: Callable[[int, KLPGLog], None] | None = None) -> KLPGLog:
     """KL-regularised policy gradient from rollouts ([R]; experiment P-6b).
 
     Each iteration plays ``tasks_per_iter`` groups of ``group_size`` rollouts (``envs.rollout.collect_groups``),
@@ -213,6 +214,11 @@ def kl_pg_train(policy: Any, reference: Any, env_factory: Callable[[Any], Any], 
     ``lm.policy.LoRACandidatePolicy`` its ``pg_update`` (AdamW; ``lr`` overrides its step size), on an
     ``envs.policies`` softmax policy ``pg_step`` (``lr`` required). The fixed point is π* of the paper's objective for
     this π_ref, β and candidate sets, which is what makes β·log(π/π_ref) a progress advantage.
+
+    Resumption: each iteration's rollouts are seeded by (``seed``, iteration) and its tasks by ``seed`` alone, so a run
+    restored to the weights and optimizer state after iteration ``start − 1`` (``LoRACandidatePolicy
+    .load_training_state``) and called with ``start`` and that iteration's ``log`` continues as the uninterrupted run
+    would. ``on_iteration(it, log)`` runs after each update (where a caller saves its checkpoint).
     """
     import time
 
@@ -227,10 +233,14 @@ def kl_pg_train(policy: Any, reference: Any, env_factory: Callable[[Any], Any], 
     trainable = callable(getattr(policy, "pg_update", None))
     if not trainable and lr is None:
         raise ValueError("kl_pg_train: a numpy softmax policy needs lr=")
-    log = KLPGLog()
+    if not 0 <= start <= iterations:
+        raise ValueError(f"kl_pg_train: start must be in [0, {iterations}], got {start}")
+    log = log if log is not None else KLPGLog()
+    if len(log.success) != start:
+        raise ValueError(f"kl_pg_train: the log has {len(log.success)} iterations but start is {start}")
     order = np.random.default_rng(derive_seed(seed, "kl-pg-tasks")).permutation(
         np.resize(np.arange(len(tasks)), iterations * tasks_per_iter))
-    for it in range(iterations):
+    for it in range(start, iterations):
         batch = [tasks[i] for i in order[it * tasks_per_iter:(it + 1) * tasks_per_iter]]
         t0 = time.perf_counter()
         table, _, _ = collect_groups(env_factory, policy, batch, group_size, max_steps,
@@ -250,4 +260,6 @@ def kl_pg_train(policy: Any, reference: Any, env_factory: Callable[[Any], Any], 
         log.mean_kl.append(float(kl.mean()))
         for k, dt in (("rollout", t1 - t0), ("kl", t2 - t1), ("update", t3 - t2)):
             log.seconds[k] += dt
+        if on_iteration is not None:
+            on_iteration(it, log)
     return log
