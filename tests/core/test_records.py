@@ -141,3 +141,12 @@ def test_an_unwritable_place_names_the_target_not_a_temporary_file(tmp_path) -> 
         _rec().write(tmp_path / "runs" / "smoke" / "x.y.json")
     assert info.value.filename == str(tmp_path / "runs" / "smoke" / "x.y.json")
     assert "cannot write" in info.value.strerror
+
+
+def test_read_jsonl_checkpoint_skips_a_torn_line_and_a_missing_file_is_empty(tmp_path) -> None:
+    from agentmill.core.records import read_jsonl_checkpoint
+
+    p = tmp_path / "ckpt.jsonl"
+    assert read_jsonl_checkpoint(p) == []
+    p.write_text('{"k": 1}\n{"k": 2}\n{"k": 3, "v": [1.5', encoding="utf-8")  # killed mid-append
+    assert read_jsonl_checkpoint(p) == [{"k": 1}, {"k": 2}]

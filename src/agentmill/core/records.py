@@ -81,6 +81,21 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> 
                                            for r in records))
 
 
+def read_jsonl_checkpoint(path: str | os.PathLike[str]) -> list[Any]:
+    """The rows of an append-only JSONL checkpoint, in file order; [] when it does not exist. A line that does not
+    parse (a kill mid-append tears the last one) is skipped, so the unit it held is simply done again."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def _json_default(o: Any) -> Any:
     import numpy as np
 

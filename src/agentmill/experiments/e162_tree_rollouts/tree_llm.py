@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.records import read_jsonl_checkpoint
 from agentmill.core.stats import Estimate, cluster_bootstrap, paired_diff, paired_rate_ratio
 from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
 from agentmill.experiments.e162_tree_rollouts import PAPER
@@ -132,15 +133,8 @@ def _calibration(s: Setup, ctx: RunContext) -> list[dict[str, Any]]:
 
 
 def _checkpoint(path: Path) -> dict[str, dict[str, Any]]:
-    done: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue   # a torn last line: that tree is regenerated
-            done[f"{row['arm']}/{row['prompt_id']}"] = row
-    return done
+    """Finished trees by ``arm/prompt``; a torn last line's tree is regenerated."""
+    return {f"{row['arm']}/{row['prompt_id']}": row for row in read_jsonl_checkpoint(path)}
 
 
 def _tree_row(tree, arm: str, pid: str, L: int, P: int, seconds: float) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.records import read_jsonl_checkpoint
 from agentmill.core.stats import Estimate, cluster_bootstrap, spearman
 from agentmill.core.tabular_mdp import soft_value_iteration
 from agentmill.envs.keydoor import TINY_WORLD, KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
@@ -149,15 +150,7 @@ def checkpoint_path(s: Setup, work_dir: Path) -> Path:
 
 def read_checkpoint(path: Path) -> dict[int, dict[str, Any]]:
     """Finished layouts by index; a torn last line (a kill mid-write) is dropped and that layout is redone."""
-    done: dict[int, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[int(row["layout"])] = row
-    return done
+    return {int(row["layout"]): row for row in read_jsonl_checkpoint(path)}
 
 
 def fit_layout(s: Setup, pair: Any, wrong: Any, lay: KeyDoorLayout, i: int) -> dict[str, Any]:
