@@ -143,10 +143,15 @@ def test_an_unwritable_place_names_the_target_not_a_temporary_file(tmp_path) -> 
     assert "cannot write" in info.value.strerror
 
 
-def test_read_jsonl_checkpoint_skips_a_torn_line_and_a_missing_file_is_empty(tmp_path) -> None:
-    from agentmill.core.records import read_jsonl_checkpoint
+def test_jsonl_checkpoint_round_trips_and_skips_a_torn_line(tmp_path) -> None:
+    from agentmill.core.records import append_jsonl_checkpoint, read_jsonl_checkpoint
 
     p = tmp_path / "ckpt.jsonl"
     assert read_jsonl_checkpoint(p) == []
-    p.write_text('{"k": 1}\n{"k": 2}\n{"k": 3, "v": [1.5', encoding="utf-8")  # killed mid-append
-    assert read_jsonl_checkpoint(p) == [{"k": 1}, {"k": 2}]
+    with open(p, "a", encoding="utf-8") as f:
+        append_jsonl_checkpoint(f, {"k": 1, "x": 0.1 + 0.2})
+        append_jsonl_checkpoint(f, {"k": 2})
+    assert read_jsonl_checkpoint(p) == [{"k": 1, "x": 0.1 + 0.2}, {"k": 2}]  # floats round-trip exactly
+    with open(p, "a", encoding="utf-8") as f:
+        f.write('{"k": 3, "v": [1.5')  # killed mid-append
+    assert read_jsonl_checkpoint(p) == [{"k": 1, "x": 0.1 + 0.2}, {"k": 2}]

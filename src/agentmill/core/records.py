@@ -81,6 +81,14 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> 
                                            for r in records))
 
 
+def append_jsonl_checkpoint(f: Any, row: Any) -> None:
+    """Append one row to an open JSONL checkpoint and make it durable (flush, fsync) before the next unit starts, so
+    a kill loses at most the unit in progress; :func:`read_jsonl_checkpoint` reads the file back."""
+    f.write(json.dumps(row, default=_json_default) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
 def read_jsonl_checkpoint(path: str | os.PathLike[str]) -> list[Any]:
     """The rows of an append-only JSONL checkpoint, in file order; [] when it does not exist. A line that does not
     parse (a kill mid-append tears the last one) is skipped, so the unit it held is simply done again."""

@@ -16,8 +16,6 @@ Trees are checkpointed per (arm, prompt) so an interrupted run resumes.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.records import read_jsonl_checkpoint
+from agentmill.core.records import append_jsonl_checkpoint, read_jsonl_checkpoint
 from agentmill.core.stats import Estimate, cluster_bootstrap, paired_diff, paired_rate_ratio
 from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
 from agentmill.experiments.e162_tree_rollouts import PAPER
@@ -197,9 +195,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                                   tree_key=(s.seed, ARMS.index(arm) + 1, k), prompt_key=pid, branch_policy=policy,
                                   stop=stop, log=log)
                 row = _tree_row(tree, arm, pid, s.snapshot_leaves, len(lm.render(prompt)), time.perf_counter() - t0)
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+                append_jsonl_checkpoint(f, row)
                 done[f"{arm}/{pid}"] = row
                 ctx.progress("trees (arm × prompt)", len(done), total)
     rows = {key: done[key] for key in (f"{a}/{p}" for a in ARMS for p in hard + lake)}

@@ -36,8 +36,6 @@ everywhere and the ranking would be noise); their numbers are recorded as ``*_ob
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmill.core.records import read_jsonl_checkpoint
+from agentmill.core.records import append_jsonl_checkpoint, read_jsonl_checkpoint
 from agentmill.core.stats import Estimate, cluster_bootstrap, spearman
 from agentmill.core.tabular_mdp import soft_value_iteration
 from agentmill.envs.keydoor import TINY_WORLD, KeyDoorConfig, KeyDoorEnv, KeyDoorLayout, layouts
@@ -207,9 +205,7 @@ def measure(s: Setup, ctx: RunContext) -> dict[str, Estimate]:
                         continue
                     ctx.progress("P-6a: distilling one pair per layout", len(done), len(lays))
                     done[i] = fit_layout(s, pair, wrong, lay, i)
-                    f.write(json.dumps(done[i]) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                    append_jsonl_checkpoint(f, done[i])
         ctx.progress("P-6a: done", len(lays), len(lays))
         rows = [done[i] for i in range(len(lays))]
         per_layout = [r["info"] for r in rows]

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 from functools import partial
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.records import atomic_target
 from agentmill.core.seeding import derive_seed
 from agentmill.core.stats import Estimate, auroc, cluster_bootstrap, mean_estimate
 from agentmill.core.types import DEAD_END_DISTANCE
@@ -181,13 +181,9 @@ def save_training(policy: Any, path: Path, iterations_done: int, log: KLPGLog) -
     previous checkpoint, never a torn one."""
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"iterations_done": iterations_done, "log": dataclasses.asdict(log),
-                "state": policy.training_state()}, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        torch.save({"iterations_done": iterations_done, "log": dataclasses.asdict(log),
+                    "state": policy.training_state()}, tmp)
 
 
 def resume_training(policy: Any, path: Path) -> tuple[int, KLPGLog | None]:
