@@ -155,3 +155,15 @@ def test_jsonl_checkpoint_round_trips_and_skips_a_torn_line(tmp_path) -> None:
     with open(p, "a", encoding="utf-8") as f:
         f.write('{"k": 3, "v": [1.5')  # killed mid-append
     assert read_jsonl_checkpoint(p) == [{"k": 1, "x": 0.1 + 0.2}, {"k": 2}]
+
+
+def test_append_jsonl_makes_the_folder_and_appends_one_durable_row_per_call(tmp_path) -> None:
+    import numpy as np
+
+    from agentmill.core.records import append_jsonl, read_jsonl_checkpoint
+
+    p = tmp_path / "new" / "log.jsonl"
+    append_jsonl(p, {"id": "a", "score": np.float32(0.5)})  # numpy scalars serialise like in records
+    append_jsonl(p, {"id": "b"})
+    assert p.read_text(encoding="utf-8") == '{"id": "a", "score": 0.5}\n{"id": "b"}\n'
+    assert read_jsonl_checkpoint(p) == [{"id": "a", "score": 0.5}, {"id": "b"}]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from agentmill.core.records import append_jsonl
 
 EXAMPLES = """examples:
   agentmill sherloc localize --package fixture --n 2 --lm scripted:sherloc-localizer --out cf.jsonl
@@ -62,14 +63,6 @@ def _done_ids(out: Path) -> set[str]:
     return ids
 
 
-def _append(out: Path, row: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def cmd_localize(args: argparse.Namespace) -> int:
     from agentmill.methods.sherloc import RepoSnapshot, SherlocConfig, localize
 
@@ -101,7 +94,7 @@ def cmd_localize(args: argparse.Namespace) -> int:
             continue
         res = localize(issue, snap, lm, cfg, instance_id=iid, repo_name=name, seed=args.seed,
                        one_shot=args.one_shot)
-        _append(out, {"instance_id": iid, "status": res.status, "reason": res.reason, "case_file": res.case_file,
+        append_jsonl(out, {"instance_id": iid, "status": res.status, "reason": res.reason, "case_file": res.case_file,
                       "trace": res.trace(), "validation_flags": res.validation_flags})
         summary["written"] += 1
         summary["success"] += res.status == "success"

@@ -89,6 +89,15 @@ def append_jsonl_checkpoint(f: Any, row: Any) -> None:
     os.fsync(f.fileno())
 
 
+def append_jsonl(path: str | os.PathLike[str], row: Any) -> None:
+    """Append one durable row to the JSONL file at ``path`` (made, with its folder, if missing): the per-item logs
+    that a rerun reads to skip finished work open, append and close once per row."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        append_jsonl_checkpoint(f, row)
+
+
 def read_jsonl_checkpoint(path: str | os.PathLike[str]) -> list[Any]:
     """The rows of an append-only JSONL checkpoint, in file order; [] when it does not exist. A line that does not
     parse (a kill mid-append tears the last one) is skipped, so the unit it held is simply done again."""

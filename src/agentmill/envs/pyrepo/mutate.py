@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentmill.core.records import append_jsonl
 from agentmill.core.seeding import rng_for
 from agentmill.envs.pyrepo.corpus import PyRepo, git, pyrepo_cache
 from agentmill.envs.pyrepo.oracle import SandboxLimits
@@ -239,13 +240,6 @@ def screen_targets(repo: PyRepo, file: str) -> list[str]:
     return exact or [f for f in files if stem in Path(f).stem]
 
 
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _read_log(path: Path) -> list[dict[str, Any]]:
     rows = []
     if path.exists():
@@ -339,7 +333,7 @@ def seed_bugs(repo: PyRepo, n: int, *, seed: int = 0, max_tries: int | None = No
             task, why = try_mutation(repo, m)
             row = {"mutation_id": m.id, "mutation": asdict(m), "kept": task is not None, "reason": why,
                    "task": task.to_dict() if task else None}
-            _append(path, row)
+            append_jsonl(path, row)
         if row["kept"]:
             tasks.append(RepoTask.from_dict(row["task"]))
             if progress:

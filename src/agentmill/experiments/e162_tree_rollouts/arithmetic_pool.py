@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentmill.core.records import append_jsonl_checkpoint
 from agentmill.envs.arithmetic import STOP_REGEX, example_pair, make_pool
 from agentmill.experiments.protocol import RunContext
 from agentmill.lm.base import GenerateConfig
@@ -115,9 +116,7 @@ def _sample_locked(s: PoolSpec, ctx: RunContext, path: Path) -> list[dict[str, A
                        "rewards": [r.value for r in rewards], "reasons": [r.reason for r in rewards],
                        "tokens": [o.completion_tokens for o in outs], "texts": [o.text[:300] for o in outs],
                        "seconds": round(seconds, 3)}
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+                append_jsonl_checkpoint(f, row)
                 done[t.prompt_id] = row
                 ctx.progress("sampling prompts", len(done), len(tasks))
     elif "lm_info" not in ctx.data:

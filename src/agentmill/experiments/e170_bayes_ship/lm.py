@@ -19,7 +19,6 @@ a scripted fake (every answer equally likely) as a pipeline check only.
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmill.core.records import append_jsonl_checkpoint
 from agentmill.core.stats import Estimate, cluster_bootstrap, proportion_estimate
 from agentmill.experiments.e170_bayes_ship import PAPER
 from agentmill.experiments.plotting import pyplot, save
@@ -114,9 +114,7 @@ def score_rows(s: Setup, ctx: RunContext, rows: list[dict[str, Any]], shared: Pa
             t_rev = time.perf_counter() - t
             d = {"candidate_id": r["candidate_id"], "p_yes": p_yes, "review_s": t_rev,
                  "diff_logprob": lp(task, c)}
-            f.write(json.dumps(d) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            append_jsonl_checkpoint(f, d)
             done[d["candidate_id"]] = d
             ctx.progress("LM scores", i + 1, len(todo))
     return done
