@@ -51,14 +51,15 @@ crossing (24 episodes, n_boot 1,000) on the organism experiment's full organism;
 episodes, n_boot 2,000, the ``Setup`` defaults) stays reachable with ``--set``.
 
 Cost per profile (2 shared cores). quick: seconds (320 SFT examples tokenised with the SmolLM2 tokenizer). full
-(not yet run; the project's budget [R] rates ×1.55 for the ~11 tok/s decode measured under
+(estimate; the project's budget [R] rates ×1.55 for the ~11 tok/s decode measured under
 contention, as the organism experiment's estimate), adapter and validation already cached by
 ``e164.constraint_rot_organism`` full: two SmolLM2 loads ≈ 1–1.5 min, 48 summaries (24 × 2 styles) ≈ 12 min on a cold
 summary cache and 0 on a warm one, 120 organism decisions (24 × 5 compactors; compacted contexts are short) ≈ 6–12 min,
 RuleReaders and the bootstrap < 10 s: ≈ 20–25 min cold, ≈ 8–13 min warm (spec budget ≤ 6 min assumed CR-3's summaries;
 see below). Without a cached adapter add training ≈ 40–45 min (measured) and validation ≈ 9 min. At the spec's full 96
 episodes: ≈ 50 min of summaries cold + ≈ 25–45 min of decisions. The organism experiment draws early probes, so its CR-3
-summaries are not shared with this run.
+summaries are not shared with this run. Measured (docs/LOG.md, sessions 18 and 39): 713 s and 1,422 s cold on SmolLM2,
+the second beside another one-thread job.
 """
 
 from __future__ import annotations
