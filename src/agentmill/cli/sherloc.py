@@ -94,8 +94,8 @@ def cmd_localize(args: argparse.Namespace) -> int:
             continue
         res = localize(issue, snap, lm, cfg, instance_id=iid, repo_name=name, seed=args.seed,
                        one_shot=args.one_shot)
-        append_jsonl(out, {"instance_id": iid, "status": res.status, "reason": res.reason, "case_file": res.case_file,
-                      "trace": res.trace(), "validation_flags": res.validation_flags})
+        append_jsonl(out, {"instance_id": iid, "status": res.status, "reason": res.reason,
+                           "case_file": res.case_file, "trace": res.trace(), "validation_flags": res.validation_flags})
         summary["written"] += 1
         summary["success"] += res.status == "success"
         print(f"{iid}: {res.status} ({res.reason}), {res.turns} turns", file=sys.stderr)
